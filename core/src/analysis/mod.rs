@@ -1,0 +1,4 @@
+//! Offline analyses behind the papers' fault-tolerance results.
+
+pub mod dlr_connectivity;
+pub mod intermediate;

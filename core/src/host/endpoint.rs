@@ -1,0 +1,882 @@
+//! The host endpoint: a [`Source`], a [`Sink`] and the link layer of the
+//! host's one port, as one sans-IO state machine with the same driving API
+//! as the switch core (`handle_datagram`, `handle_timeout`, `poll_transmit`,
+//! `poll_timeout`, `poll_event`).
+//!
+//! **Injection.** Each VC of the injection link is a lane that carries one
+//! packet at a time (wormhole: a packet's flits stay on one VC, seed 003
+//! §3.6 item 3); with [`InjectionVc::RoundRobin`] the host has one injection
+//! buffer per VC (seed 003 §3.6 item 7), new packets go to the next free lane
+//! in round-robin order, and lanes with credits send flit by flit in turn.
+//! Packets of one flow may then overtake each other, which the sink counts
+//! as out of order. [`InjectionVc::Fixed`] (VC 0 by default) keeps every
+//! packet on one VC: a single lane, so packets leave in generation order.
+//! Routing VC policies (datelines, escape VCs) expect injection on VC 0.
+//!
+//! **Ejection.** Every flit taken off the link goes to the sink at once and
+//! its buffer slot is released immediately (seed 003 §3.6 item 8: ejection
+//! is never a bottleneck), so credits flow back to the switch.
+
+use super::histogram::Percentiles;
+use super::message::{OutPacket, Packetiser};
+use super::retained::ReleasePolicy;
+use super::sbrp::{self, ReceiverRecovery, RrqVerdict, SbrpConfig, SbrpStats, SenderRecovery};
+use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
+use super::source::{Source, SourceConfig, SourceError, SourceStats};
+use crate::flit::Flit;
+use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
+use crate::topology::HostId;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// Which VC injected packets use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mode")]
+pub enum InjectionVc {
+    Fixed { vc: u8 },
+    RoundRobin,
+}
+
+impl Default for InjectionVc {
+    fn default() -> Self {
+        InjectionVc::Fixed { vc: 0 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostConfig {
+    pub host: HostId,
+    pub hosts: u32,
+    /// Pattern, load, message length, packetisation, queue, limits.
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub injection: InjectionVc,
+    /// The port's link layer (its `vcs` is the number of VCs).
+    pub link: LinkConfig,
+    /// Link epoch (see [`Link::with_epoch`]); daemons pass one that changes
+    /// across restarts.
+    #[serde(default = "default_epoch")]
+    pub epoch: u16,
+    pub seed: u64,
+    /// Keep every delivery for [`HostEndpoint::delivery_trace`].
+    #[serde(default)]
+    pub record_trace: bool,
+}
+
+fn default_epoch() -> u16 {
+    1
+}
+
+/// A host configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("host {host}: {source}")]
+    Source {
+        host: HostId,
+        #[source]
+        source: SourceError,
+    },
+    #[error("host {host}: link: {source}")]
+    Link {
+        host: HostId,
+        #[source]
+        source: link::ConfigError,
+    },
+    #[error("host {host}: injection VC {vc} is out of range (the link has {vcs} VCs)")]
+    InjectionVc { host: HostId, vc: u8, vcs: u8 },
+    #[error(
+        "host {host}: recovery protocol {protocol:?} needs the sender to retain messages \
+         (release policy hold-for or until-released, not when-sent)"
+    )]
+    RecoveryNeedsRetention {
+        host: HostId,
+        protocol: sbrp::RecoveryProtocol,
+    },
+    #[error("host {host}: a flit with {payload} payload bytes does not fit the link MTU {mtu}")]
+    FlitTooLarge {
+        host: HostId,
+        payload: usize,
+        mtu: usize,
+    },
+}
+
+/// What the application side should know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostEvent {
+    Delivered {
+        src: HostId,
+        msg: u64,
+        flits: u32,
+        latency_ns: u64,
+    },
+    Violation {
+        kind: Violation,
+        src: Option<HostId>,
+        msg: u64,
+    },
+    Link(LinkEvent),
+    /// The link refused a flit the host built (should not happen with a
+    /// validated configuration); the packet is abandoned.
+    SendFailed(LinkError),
+}
+
+/// Throughput over the measurement window (from `start` to the latest time
+/// the endpoint was given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    pub window_ns: u64,
+    pub offered_flits_per_s: f64,
+    pub sent_flits_per_s: f64,
+    pub accepted_flits_per_s: f64,
+    pub accepted_messages_per_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub host: HostId,
+    pub pattern: String,
+    pub source: SourceStats,
+    pub sink: SinkStats,
+    /// Message latency from generation to delivery of the last flit, ns.
+    pub latency_ns: Percentiles,
+    pub throughput: Throughput,
+    /// Messages waiting in the source queue, and retained for resending.
+    pub source_queue: usize,
+    pub retained: usize,
+    /// Packets abandoned because the link refused a flit.
+    pub abandoned_packets: u64,
+    /// Messages partly received.
+    pub partial_messages: usize,
+    /// Hash of the delivery sequence (equal traces ⇒ equal hashes).
+    pub trace_hash: u64,
+    /// SBRP counters (all zero without a recovery protocol).
+    #[serde(default)]
+    pub sbrp: SbrpStats,
+}
+
+/// Fails if a head flit with `payload` bytes would not fit `link`'s MTU.
+fn check_flit_fits(host: HostId, payload: usize, link: &LinkConfig) -> Result<(), ConfigError> {
+    // The largest flit the host builds: a head with a full payload.
+    let mut probe = OutPacket {
+        src: host,
+        msg: super::message::Message {
+            id: u64::MAX,
+            dst: host,
+            flits: u32::MAX,
+            born_ns: u64::MAX,
+        },
+        packet: u32::MAX,
+        first_seq: 0,
+        len: 2,
+        emitted: 0,
+        // The largest head SBRP can make.
+        submsg: u16::MAX,
+        flags: 0,
+        abort: false,
+    };
+    let Some(head) = probe.next_flit(0, payload) else {
+        return Ok(());
+    };
+    let need = crate::wire::HEADER_LEN + link.control_reserve() + crate::wire::flit_wire_len(&head);
+    if need > link.mtu {
+        return Err(ConfigError::FlitTooLarge {
+            host,
+            payload,
+            mtu: link.mtu,
+        });
+    }
+    Ok(())
+}
+
+/// One host, sans-IO.
+#[derive(Debug)]
+pub struct HostEndpoint {
+    cfg: HostConfig,
+    source: Source,
+    sink: Sink,
+    link: Link,
+    /// Per VC, the packet being injected on it.
+    lanes: Vec<Option<OutPacket>>,
+    /// Round-robin cursor over lanes.
+    next_lane: usize,
+    events: VecDeque<HostEvent>,
+    started_at: Option<u64>,
+    last_now: u64,
+    abandoned_packets: u64,
+    /// SBRP (spec 003 §5): configuration, sender and receiver halves.
+    sbrp_cfg: SbrpConfig,
+    sender: SenderRecovery,
+    receiver: ReceiverRecovery,
+    sbrp_stats: SbrpStats,
+    /// One-flit control packets (RRQs) waiting for an idle lane.
+    control_out: VecDeque<Flit>,
+}
+
+impl HostEndpoint {
+    pub fn new(cfg: HostConfig) -> Result<Self, ConfigError> {
+        let host = cfg.host;
+        let source = Source::new(cfg.source.clone(), host, cfg.hosts, cfg.seed)
+            .map_err(|source| ConfigError::Source { host, source })?;
+        let link = Link::with_epoch(cfg.link.clone(), cfg.epoch)
+            .map_err(|source| ConfigError::Link { host, source })?;
+        let vcs = cfg.link.vcs;
+        if let InjectionVc::Fixed { vc } = cfg.injection {
+            if vc >= vcs {
+                return Err(ConfigError::InjectionVc { host, vc, vcs });
+            }
+        }
+        check_flit_fits(host, cfg.source.payload_bytes, &cfg.link)?;
+        let sink = Sink::new(SinkConfig {
+            host,
+            vcs,
+            payload_bytes: cfg.source.payload_bytes,
+            record_trace: cfg.record_trace,
+        });
+        let lanes = match cfg.injection {
+            InjectionVc::Fixed { .. } => 1,
+            InjectionVc::RoundRobin => vcs as usize,
+        };
+        Ok(HostEndpoint {
+            source,
+            sink,
+            link,
+            lanes: vec![None; lanes],
+            next_lane: 0,
+            events: VecDeque::new(),
+            started_at: None,
+            last_now: 0,
+            abandoned_packets: 0,
+            sbrp_cfg: SbrpConfig::default(),
+            sender: SenderRecovery::default(),
+            receiver: ReceiverRecovery::new(vcs),
+            sbrp_stats: SbrpStats::default(),
+            control_out: VecDeque::new(),
+            cfg,
+        })
+    }
+
+    /// Replaces the traffic source (pattern, load, lengths) before
+    /// [`HostEndpoint::start`]: a daemon is configured with its link at
+    /// start-up and told what traffic to make later. The link and the sink
+    /// keep their state (the sink now expects the new payload size); messages
+    /// still queued in the old source are dropped, and packets already on
+    /// their way out finish (so no worm is left open in the switch) and are
+    /// counted by the new source's `packets_sent`.
+    pub fn set_source(&mut self, cfg: SourceConfig, seed: u64) -> Result<(), ConfigError> {
+        let host = self.cfg.host;
+        check_flit_fits(host, cfg.payload_bytes, &self.cfg.link)?;
+        self.source = Source::new(cfg.clone(), host, self.cfg.hosts, seed)
+            .map_err(|source| ConfigError::Source { host, source })?;
+        self.sink.set_payload_bytes(cfg.payload_bytes);
+        self.cfg.source = cfg;
+        self.cfg.seed = seed;
+        Ok(())
+    }
+
+    /// Turns on a recovery protocol (spec 003 §5). The source must retain
+    /// its messages ([`ReleasePolicy::HoldFor`] or `UntilReleased`), since a
+    /// recover request can only be served from the retained copy; the sink
+    /// then delivers each flow in order.
+    pub fn set_recovery(&mut self, cfg: SbrpConfig) -> Result<(), ConfigError> {
+        if cfg.protocol.is_on() && self.source.config().release == ReleasePolicy::WhenSent {
+            return Err(ConfigError::RecoveryNeedsRetention {
+                host: self.cfg.host,
+                protocol: cfg.protocol,
+            });
+        }
+        self.sink.set_in_order(cfg.protocol.is_on());
+        self.sbrp_cfg = cfg;
+        Ok(())
+    }
+
+    pub fn recovery(&self) -> &SbrpConfig {
+        &self.sbrp_cfg
+    }
+
+    pub fn sbrp_stats(&self) -> &SbrpStats {
+        &self.sbrp_stats
+    }
+
+    /// Cut packets the receiver half still waits on, resends not yet
+    /// started, and RRQs not yet sent.
+    pub fn recovery_in_progress(&self) -> usize {
+        self.receiver.waiting() + self.sender.pending() + self.control_out.len()
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    pub fn link(&self) -> &Link {
+        &self.link
+    }
+
+    /// The link layer, for an owner that brings the port down or up.
+    pub fn link_mut(&mut self) -> &mut Link {
+        &mut self.link
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The source, for a recovery protocol that resends retained messages.
+    pub fn source_mut(&mut self) -> &mut Source {
+        &mut self.source
+    }
+
+    pub fn sink(&self) -> &Sink {
+        &self.sink
+    }
+
+    fn tick(&mut self, now: u64) {
+        self.last_now = self.last_now.max(now);
+    }
+
+    /// Starts generating traffic.
+    pub fn start(&mut self, now: u64) {
+        self.tick(now);
+        self.started_at.get_or_insert(now);
+        self.source.start(now);
+    }
+
+    /// Stops generating; what is queued is still sent.
+    pub fn stop(&mut self, now: u64) {
+        self.tick(now);
+        self.source.stop();
+    }
+
+    /// True when nothing more will be generated and every generated flit has
+    /// left the host.
+    pub fn is_drained(&self) -> bool {
+        self.source.is_drained()
+            && self.lanes.iter().all(Option::is_none)
+            && self.link.queued() == 0
+            && self.sender.pending() == 0
+            && self.control_out.is_empty()
+    }
+
+    /// A datagram from the switch (copied once).
+    pub fn handle_datagram(&mut self, now: u64, data: &[u8]) {
+        self.handle_datagram_bytes(now, Bytes::copy_from_slice(data));
+    }
+
+    /// A datagram from the switch, without copying. Malformed datagrams are
+    /// counted by the link ([`Link::stats`]) and otherwise ignored.
+    pub fn handle_datagram_bytes(&mut self, now: u64, data: Bytes) {
+        self.tick(now);
+        let _ = self.link.handle_datagram(now, data);
+        self.pump(now);
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.tick(now);
+        self.link.handle_timeout(now);
+        self.source.handle_timeout(now);
+        self.pump(now);
+    }
+
+    /// Writes the next datagram for the switch into `out`; false when none
+    /// is due. Call until it returns false.
+    pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
+        self.tick(now);
+        self.pump(now);
+        self.link.poll_transmit(now, out)
+    }
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        [
+            self.link.poll_timeout(),
+            self.source.poll_timeout(),
+            // A resend already due waits for credits or a lane, which
+            // arrive with a datagram: no wake-up for it.
+            self.sender.next_due().filter(|&t| t > self.last_now),
+            self.receiver.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    pub fn poll_event(&mut self) -> Option<HostEvent> {
+        self.events.pop_front()
+    }
+
+    /// Every delivery, in order (empty unless `record_trace`).
+    pub fn delivery_trace(&self) -> &[Delivery] {
+        self.sink.trace()
+    }
+
+    /// Moves received flits to the sink and queued packets onto the link.
+    fn pump(&mut self, now: u64) {
+        let on = self.sbrp_cfg.protocol.is_on();
+        while let Some(flit) = self.link.poll_received() {
+            if on && sbrp::is_rrq(&flit) {
+                self.on_rrq(now, &flit);
+            } else {
+                self.sink.receive(now, &flit);
+                if on && self.receiver.observe(now, &self.sbrp_cfg, &flit) {
+                    self.sbrp_stats.nft_received += 1;
+                }
+            }
+            // The flit was consumed: its slot is free again.
+            let _ = self.link.release(flit.vc, 1);
+        }
+        if on {
+            let packetiser = Packetiser {
+                max_packet_flits: self.cfg.source.max_packet_flits,
+            };
+            let sink = &self.sink;
+            self.sbrp_stats.rrq_sent += self.receiver.due_rrqs(
+                now,
+                self.cfg.host,
+                &self.sbrp_cfg,
+                &packetiser,
+                self.lane_vc(0),
+                |src, msg, from, to| sink.first_missing(src, msg, from, to),
+                &mut self.control_out,
+            );
+        }
+        while let Some(e) = self.sink.poll_event() {
+            self.events.push_back(match e {
+                SinkEvent::Delivered {
+                    src,
+                    msg,
+                    flits,
+                    latency_ns,
+                } => HostEvent::Delivered {
+                    src,
+                    msg,
+                    flits,
+                    latency_ns,
+                },
+                SinkEvent::Violation { kind, src, msg } => HostEvent::Violation { kind, src, msg },
+            });
+        }
+        while let Some(e) = self.link.poll_event() {
+            self.events.push_back(HostEvent::Link(e));
+        }
+        self.inject(now);
+        // Bound the event queue like the sink does.
+        while self.events.len() > super::sink::MAX_PENDING_EVENTS {
+            self.events.pop_front();
+        }
+    }
+
+    fn lane_vc(&self, lane: usize) -> u8 {
+        match self.cfg.injection {
+            InjectionVc::Fixed { vc } => vc,
+            InjectionVc::RoundRobin => lane as u8,
+        }
+    }
+
+    /// Sends flits while the link has credits: lanes take it in turns, one
+    /// flit each, and an idle lane takes the source's next packet.
+    fn inject(&mut self, now: u64) {
+        let n = self.lanes.len();
+        loop {
+            let mut progressed = false;
+            for i in 0..n {
+                let lane = (self.next_lane + i) % n;
+                let vc = self.lane_vc(lane);
+                if !self.link.can_send(vc) {
+                    continue;
+                }
+                if self.lanes[lane].is_none() {
+                    // Control packets first, then resends, then new packets.
+                    if let Some(mut rrq) = self.control_out.pop_front() {
+                        rrq.vc = vc;
+                        if let Err(e) = self.link.send(rrq) {
+                            self.events.push_back(HostEvent::SendFailed(e));
+                        }
+                        progressed = true;
+                        continue;
+                    }
+                    self.lanes[lane] = self.sender.take_due(now);
+                    if self.lanes[lane].is_none() {
+                        self.lanes[lane] = self.source.take_packet();
+                    }
+                }
+                let Some(packet) = self.lanes[lane].as_mut() else {
+                    continue;
+                };
+                let Some(flit) = packet.next_flit(vc, self.cfg.source.payload_bytes) else {
+                    // Stopped before its first flit: nothing to close.
+                    self.lanes[lane] = None;
+                    progressed = true;
+                    continue;
+                };
+                let done = packet.is_done();
+                if let Err(e) = self.link.send(flit) {
+                    self.abandoned_packets += 1;
+                    self.lanes[lane] = None;
+                    self.events.push_back(HostEvent::SendFailed(e));
+                    continue;
+                }
+                progressed = true;
+                if done {
+                    if let Some(p) = self.lanes[lane].take() {
+                        // A stopped packet is not sent: its resend is.
+                        if !p.abort {
+                            self.source.packet_sent(&p, now);
+                        }
+                    }
+                }
+            }
+            self.next_lane = (self.next_lane + 1) % n;
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    /// A recover request reached this host as a sender (spec 003 §5.3
+    /// steps 5–6, §5.11.3): stop the packet if it is still being injected
+    /// (its path is closed by a virtual tail), then resend it — whole in
+    /// SBRP-0, from the flit the RRQ names in SBRP-1/2 — with the next
+    /// SSNF, after the software overhead.
+    fn on_rrq(&mut self, now: u64, rrq: &Flit) {
+        self.sbrp_stats.rrq_received += 1;
+        let Some(retained) = self.source.retained().get(rrq.msg) else {
+            self.sbrp_stats.unrecoverable_rrq += 1;
+            return;
+        };
+        let msg = retained.msg;
+        let packetiser = Packetiser {
+            max_packet_flits: self.cfg.source.max_packet_flits,
+        };
+        if rrq.packet >= packetiser.packets(msg.flits) {
+            self.sbrp_stats.unrecoverable_rrq += 1;
+            return;
+        }
+        let (first, len) = packetiser.bounds(msg.flits, rrq.packet);
+        let (from, ssnf) = match self.sender.judge(self.sbrp_cfg.protocol, rrq, first, len) {
+            RrqVerdict::Stale => {
+                self.sbrp_stats.stale_rrq += 1;
+                return;
+            }
+            RrqVerdict::Resend { from, ssnf } => (from, ssnf),
+        };
+        // Was the packet fully sent (counted), or is it still going out?
+        let mut was_counted = true;
+        for p in self.lanes.iter_mut().flatten() {
+            if p.msg.id == rrq.msg && p.packet == rrq.packet && !p.is_done() && !p.abort {
+                p.abort = true;
+                was_counted = false;
+                self.sbrp_stats.aborted_packets += 1;
+            }
+        }
+        if self.sender.cancel(rrq.msg, rrq.packet) {
+            was_counted = false;
+        }
+        self.source.retained_mut().reopen(msg.id, was_counted);
+        let mut flags = crate::flit::flags::RETRANSMISSION;
+        if from > first {
+            flags |= crate::flit::flags::FIRST_SEQUENCE;
+        }
+        let resend = OutPacket {
+            src: self.cfg.host,
+            msg,
+            packet: rrq.packet,
+            first_seq: from,
+            len: first + len - from,
+            emitted: 0,
+            submsg: ssnf,
+            flags,
+            abort: false,
+        };
+        self.sbrp_stats.resent_packets += 1;
+        self.sbrp_stats.resent_flits += resend.len as u64;
+        self.sender
+            .schedule(now.saturating_add(self.sbrp_cfg.resend_delay_ns), resend);
+        // Forget SSNFs of released messages now and then.
+        if self.sbrp_stats.resent_packets % 256 == 0 {
+            let retained = self.source.retained();
+            self.sender.prune(|m| retained.get(m).is_some());
+        }
+    }
+
+    pub fn report(&self) -> HostReport {
+        let source = self.source.stats().clone();
+        let sink = self.sink.stats().clone();
+        let window_ns = self
+            .started_at
+            .map_or(0, |s| self.last_now.saturating_sub(s));
+        let per_s = |x: u64| {
+            if window_ns == 0 {
+                0.0
+            } else {
+                x as f64 * 1e9 / window_ns as f64
+            }
+        };
+        let throughput = Throughput {
+            window_ns,
+            offered_flits_per_s: self.cfg.source.load.flits_per_second(),
+            sent_flits_per_s: per_s(source.flits_sent),
+            accepted_flits_per_s: per_s(sink.delivered_flits),
+            accepted_messages_per_s: per_s(sink.delivered_messages),
+        };
+        HostReport {
+            host: self.cfg.host,
+            pattern: self.cfg.source.pattern.to_string(),
+            latency_ns: self.sink.latency().percentiles(),
+            throughput,
+            source_queue: self.source.queued(),
+            retained: self.source.retained().len(),
+            abandoned_packets: self.abandoned_packets,
+            partial_messages: self.sink.partial_messages(),
+            trace_hash: self.sink.trace_hash(),
+            sbrp: self.sbrp_stats.clone(),
+            source,
+            sink,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::source::{ArrivalProcess, MessageLength, OfferedLoad};
+    use super::super::traffic::TrafficPattern;
+    use super::*;
+
+    fn cfg(host: HostId, pattern: TrafficPattern, vcs: u8, injection: InjectionVc) -> HostConfig {
+        HostConfig {
+            host,
+            hosts: 2,
+            source: SourceConfig {
+                pattern,
+                load: OfferedLoad::FlitsPerSecond { rate: 4e6 },
+                arrivals: ArrivalProcess::Poisson,
+                length: MessageLength::Uniform { min: 1, max: 12 },
+                max_packet_flits: 4,
+                payload_bytes: 16,
+                queue_capacity: 32,
+                max_messages: Some(200),
+                duration_ns: None,
+                ..SourceConfig::default()
+            },
+            injection,
+            link: LinkConfig {
+                vcs,
+                buffer_depth: 4,
+                bandwidth_flits_per_s: Some(20_000_000),
+                propagation_ns: 500,
+                keepalive_interval_ns: 1_000_000,
+                dead_after_ns: 10_000_000,
+                ..LinkConfig::default()
+            },
+            epoch: 1,
+            seed: 42,
+            record_trace: true,
+        }
+    }
+
+    /// Two hosts cabled back to back; datagrams take `wire_ns` to cross.
+    /// Runs until both are drained and quiet, or `limit_ns`.
+    fn run_pair(a: HostConfig, b: HostConfig, wire_ns: u64, limit_ns: u64) -> [HostEndpoint; 2] {
+        let eps = [HostEndpoint::new(a).unwrap(), HostEndpoint::new(b).unwrap()];
+        run_endpoints(eps, wire_ns, limit_ns)
+    }
+
+    fn run_endpoints(mut eps: [HostEndpoint; 2], wire_ns: u64, limit_ns: u64) -> [HostEndpoint; 2] {
+        let mut in_flight: VecDeque<(u64, usize, Vec<u8>)> = VecDeque::new();
+        let mut now = 0;
+        for ep in &mut eps {
+            ep.start(now);
+        }
+        let mut buf = Vec::new();
+        for _ in 0..1_000_000 {
+            for (i, ep) in eps.iter_mut().enumerate() {
+                while ep.poll_transmit(now, &mut buf) {
+                    in_flight.push_back((now + wire_ns, 1 - i, buf.clone()));
+                }
+            }
+            let done = eps.iter().all(|e| e.is_drained())
+                && in_flight.is_empty()
+                && eps.iter().all(|e| e.sink().partial_messages() == 0);
+            if done && eps.iter().all(|e| e.report().sink.delivered_messages > 0) {
+                return eps;
+            }
+            let next = eps
+                .iter()
+                .filter_map(|e| e.poll_timeout())
+                .chain(in_flight.front().map(|x| x.0))
+                .min()
+                .expect("something is always pending");
+            now = now.max(next);
+            if now > limit_ns {
+                return eps;
+            }
+            while in_flight.front().is_some_and(|x| x.0 <= now) {
+                let (_, to, data) = in_flight.pop_front().unwrap();
+                eps[to].handle_datagram(now, &data);
+            }
+            for ep in &mut eps {
+                if ep.poll_timeout().is_some_and(|t| t <= now) {
+                    ep.handle_timeout(now);
+                }
+            }
+        }
+        panic!("simulation did not settle");
+    }
+
+    fn check_clean(ep: &HostEndpoint, in_order: bool) {
+        let r = ep.report();
+        assert_eq!(r.sink.duplicate_messages, 0);
+        assert_eq!(r.sink.corrupted_flits, 0);
+        assert_eq!(r.sink.incomplete_packets, 0);
+        assert_eq!(r.sink.orphan_flits, 0);
+        assert_eq!(r.sink.misdelivered_packets, 0);
+        if in_order {
+            assert_eq!(r.sink.out_of_order_messages, 0);
+        }
+        assert_eq!(r.abandoned_packets, 0);
+        assert_eq!(r.retained, 0);
+    }
+
+    #[test]
+    fn back_to_back_hosts_deliver_everything_in_order() {
+        let p = TrafficPattern::Uniform;
+        let [a, b] = run_pair(
+            cfg(0, p.clone(), 1, InjectionVc::default()),
+            cfg(1, p, 1, InjectionVc::default()),
+            1_000,
+            1_000_000_000,
+        );
+        for (me, other) in [(&a, &b), (&b, &a)] {
+            check_clean(me, true);
+            let (mr, or) = (me.report(), other.report());
+            assert_eq!(mr.source.generated_messages, 200);
+            assert_eq!(mr.sink.delivered_messages, or.source.generated_messages);
+            assert_eq!(mr.sink.delivered_flits, or.source.generated_flits);
+            assert_eq!(mr.latency_ns.count, 200);
+            // At least two propagation delays of 500 ns + the wire: > 1.5 µs.
+            assert!(mr.latency_ns.min >= 1_500, "{:?}", mr.latency_ns);
+            assert!(mr.throughput.accepted_flits_per_s > 0.0);
+        }
+        assert_eq!(a.delivery_trace().len(), 200);
+        assert!(a.delivery_trace().windows(2).all(|w| w[0].msg < w[1].msg));
+    }
+
+    #[test]
+    fn round_robin_injection_uses_every_vc() {
+        let p = TrafficPattern::Uniform;
+        let rr = InjectionVc::RoundRobin;
+        let [a, b] = run_pair(
+            cfg(0, p.clone(), 3, rr),
+            cfg(1, p, 3, rr),
+            1_000,
+            1_000_000_000,
+        );
+        for ep in [&a, &b] {
+            check_clean(ep, false);
+            assert_eq!(ep.report().sink.delivered_messages, 200);
+            let tx = ep.link().stats().tx_flits;
+            assert!(tx[..3].iter().all(|&n| n > 0), "{tx:?}");
+        }
+    }
+
+    #[test]
+    fn same_seed_same_trace_other_seed_other_trace() {
+        let p = TrafficPattern::Uniform;
+        let run = |seed| {
+            let (mut x, mut y) = (
+                cfg(0, p.clone(), 2, InjectionVc::RoundRobin),
+                cfg(1, p.clone(), 2, InjectionVc::RoundRobin),
+            );
+            x.seed = seed;
+            y.seed = seed;
+            let [a, b] = run_pair(x, y, 700, 1_000_000_000);
+            (a.delivery_trace().to_vec(), b.report().trace_hash)
+        };
+        let first = run(1);
+        assert_eq!(first, run(1));
+        assert_ne!(first, run(2));
+    }
+
+    #[test]
+    fn saturated_source_refuses_rather_than_buffers() {
+        let p = TrafficPattern::Uniform;
+        let mut x = cfg(0, p.clone(), 1, InjectionVc::default());
+        x.source.load = OfferedLoad::FlitsPerSecond { rate: 1e9 };
+        x.source.max_messages = None;
+        x.source.duration_ns = Some(200_000);
+        let mut y = cfg(1, p, 1, InjectionVc::default());
+        y.source.max_messages = Some(1);
+        let [a, b] = run_pair(x, y, 1_000, 1_000_000_000);
+        let r = a.report();
+        assert!(r.source.not_generated_queue_full > 0);
+        assert!(r.source_queue <= 32);
+        assert_eq!(
+            b.report().sink.delivered_messages,
+            r.source.generated_messages
+        );
+        check_clean(&b, true);
+        // Credits, not bandwidth, limit this link: 4 slots per round trip of
+        // 2 × (1 µs wire + 0.5 µs propagation) ≈ 1.33 Mflit/s, far below the
+        // 20 Mflit/s token bucket.
+        let rate = r.throughput.sent_flits_per_s;
+        assert!((1.1e6..1.45e6).contains(&rate), "{rate}");
+    }
+
+    #[test]
+    fn set_source_replaces_the_traffic_before_start() {
+        let p = TrafficPattern::Uniform;
+        let mut eps = [0, 1].map(|h| {
+            let mut c = cfg(h, p.clone(), 1, InjectionVc::default());
+            c.source.max_messages = Some(0);
+            HostEndpoint::new(c).unwrap()
+        });
+        let mut bigger = eps[0].config().source.clone();
+        bigger.payload_bytes = 4000;
+        assert!(matches!(
+            eps[0].set_source(bigger, 1),
+            Err(ConfigError::FlitTooLarge { .. })
+        ));
+        for ep in &mut eps {
+            let mut other = ep.config().source.clone();
+            other.max_messages = Some(7);
+            other.payload_bytes = 32;
+            ep.set_source(other, 5).unwrap();
+        }
+        let [a, b] = run_endpoints(eps, 1_000, 1_000_000_000);
+        for ep in [&a, &b] {
+            // The sinks check the new payload size: nothing looks corrupt.
+            check_clean(ep, true);
+            assert_eq!(ep.report().sink.delivered_messages, 7);
+        }
+    }
+
+    #[test]
+    fn bad_configurations_name_the_host() {
+        let p = TrafficPattern::Uniform;
+        let mut c = cfg(1, p.clone(), 2, InjectionVc::Fixed { vc: 2 });
+        let e = HostEndpoint::new(c.clone()).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfigError::InjectionVc {
+                host: 1,
+                vc: 2,
+                vcs: 2
+            }
+        ));
+        c.injection = InjectionVc::default();
+        c.source.payload_bytes = 4000;
+        assert!(matches!(
+            HostEndpoint::new(c.clone()),
+            Err(ConfigError::FlitTooLarge { .. })
+        ));
+        c.source.payload_bytes = 16;
+        c.link.vcs = 0;
+        assert!(matches!(
+            HostEndpoint::new(c.clone()),
+            Err(ConfigError::Link { .. })
+        ));
+        c.link.vcs = 2;
+        c.hosts = 1;
+        let e = HostEndpoint::new(c).unwrap_err();
+        assert!(e.to_string().starts_with("host 1:"), "{e}");
+    }
+}

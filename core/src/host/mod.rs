@@ -1,0 +1,18 @@
+//! The host (end node) core, sans-IO like the rest of the crate:
+//! - [`traffic`]: destination patterns (seeds 000 §6.2, 001 §6.4, 003 §6.2.2);
+//! - [`source`]: message generation, bounded source queue, packetisation;
+//! - [`message`]: message ids, packets, flits and their deterministic payload;
+//! - [`retained`]: the sender's store of messages kept for resending (SBRP);
+//! - [`sbrp`]: the host half of the SBRP recovery protocols (seed 003 §5);
+//! - [`sink`]: reassembly and exactly-once / in-order / integrity checks;
+//! - [`histogram`]: the latency histogram;
+//! - [`endpoint`]: all of the above plus the port's link layer.
+
+pub mod endpoint;
+pub mod histogram;
+pub mod message;
+pub mod retained;
+pub mod sbrp;
+pub mod sink;
+pub mod source;
+pub mod traffic;

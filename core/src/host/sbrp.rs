@@ -1,0 +1,420 @@
+//! SBRP, the software-based recovery protocols of seed 003 §5 (SBRP-0,
+//! SBRP-1, SBRP-2): the host (network-interface) half. The switch half —
+//! orphan absorption at C, the non-final tail (NFT) at A, recover requests
+//! (RRQ) from C — lives in [`crate::switch`]. The whole protocol, message
+//! formats and the holes of spec 003 §8 it closes are described in
+//! `docs/sbrp.md`.
+//!
+//! Formats (no new wire field is needed; see `docs/sbrp.md`):
+//! - a **sub-message** is an ordinary packet whose head carries the
+//!   sub-message serial number ([`crate::flit::Head::submsg`], SSNF) and,
+//!   when it does not start at the packet's first flit, the
+//!   [`flags::FIRST_SEQUENCE`] flag: the head flit's own `seq` *is* the FSN
+//!   (every flit carries its flit number, so no extra FSN flit is needed);
+//! - an **RRQ** is a one-flit packet (`HeadTail`) flagged
+//!   [`flags::RECOVER_REQUEST`], routed to the sender (`head.dst`): `msg` and
+//!   `packet` name the interrupted packet, `head.submsg` its SSNF, and `seq`
+//!   the flit the reporter asks the sender to restart from;
+//! - an **NFT** (switch-made, or the sender's "virtual tail" that closes an
+//!   interrupted path) is a `Tail` flagged [`flags::NON_FINAL_TAIL`]; it
+//!   carries no data.
+
+use super::message::{OutPacket, Packetiser};
+use crate::flit::{flags, Flit, FlitKind, Head};
+use crate::topology::HostId;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Which recovery protocol the fabric runs (spec 003 §5.4–§5.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryProtocol {
+    /// No recovery: packets cut by a fault are lost.
+    #[default]
+    None,
+    /// RRQ from C; the sender resends the whole packet (§5.4).
+    Sbrp0,
+    /// RRQ from C with C's count of forwarded flits; the sender resends from
+    /// `k_C − max_ca` (§5.5).
+    Sbrp1,
+    /// RRQ from the receiver on the NFT, with its contiguous prefix; the
+    /// sender resends exactly the rest (§5.6).
+    Sbrp2,
+}
+
+impl RecoveryProtocol {
+    pub fn is_on(self) -> bool {
+        self != RecoveryProtocol::None
+    }
+
+    /// Parses `none`, `sbrp0`/`sbrp-0`, `sbrp1`, `sbrp2`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().replace('-', "").as_str() {
+            "none" | "off" => Some(RecoveryProtocol::None),
+            "sbrp0" => Some(RecoveryProtocol::Sbrp0),
+            "sbrp1" => Some(RecoveryProtocol::Sbrp1),
+            "sbrp2" => Some(RecoveryProtocol::Sbrp2),
+            _ => None,
+        }
+    }
+}
+
+/// Host-side SBRP parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SbrpConfig {
+    pub protocol: RecoveryProtocol,
+    /// The sender's software overhead before it resends (spec 003 §5.9,
+    /// `T_r + T_o`; the thesis's lump is 100 cycles).
+    pub resend_delay_ns: u64,
+    /// The receiver's recover-handler overhead before its RRQ (SBRP-2).
+    pub report_delay_ns: u64,
+    /// After an NFT leaves a packet incomplete, how long the receiver waits
+    /// for the resend before it asks itself (R-4, spec 003 §8 item 3; in
+    /// SBRP-2 this is the retry period after the first RRQ).
+    pub nft_wait_ns: u64,
+    /// RRQs a receiver sends for one cut packet at most (R-4 retries also
+    /// cover a lost RRQ, spec 003 §8 item 18).
+    pub max_receiver_rrqs: u32,
+}
+
+impl Default for SbrpConfig {
+    fn default() -> Self {
+        SbrpConfig {
+            protocol: RecoveryProtocol::None,
+            resend_delay_ns: 1_000,
+            report_delay_ns: 1_000,
+            nft_wait_ns: 200_000,
+            max_receiver_rrqs: 8,
+        }
+    }
+}
+
+/// Host-side SBRP counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SbrpStats {
+    pub rrq_received: u64,
+    /// RRQs for a sub-message already superseded (multi-fault, duplicates).
+    pub stale_rrq: u64,
+    /// RRQs for a message no longer retained (released too early).
+    pub unrecoverable_rrq: u64,
+    /// Packets stopped mid-injection and closed with a virtual tail.
+    pub aborted_packets: u64,
+    pub resent_packets: u64,
+    /// Flits resent (the recovery overhead, spec 003 §5.7).
+    pub resent_flits: u64,
+    /// RRQs this host sent as a receiver (SBRP-2, or R-4 fallback).
+    pub rrq_sent: u64,
+    /// NFTs received that left a packet incomplete.
+    pub nft_received: u64,
+}
+
+/// The sender half: SSNF per interrupted packet and resends waiting for the
+/// software overhead to elapse.
+#[derive(Clone, Debug, Default)]
+pub struct SenderRecovery {
+    /// Current SSNF of each (msg, packet) that was ever interrupted.
+    ssnf: BTreeMap<(u64, u32), u16>,
+    /// (ready time, resend) in arrival order.
+    pending: VecDeque<(u64, OutPacket)>,
+}
+
+/// What the sender decided about one RRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RrqVerdict {
+    /// Superseded: the sender already resent a later sub-message.
+    Stale,
+    /// Resend packet `packet` from flit `from` with SSNF `ssnf`.
+    Resend { from: u32, ssnf: u16 },
+}
+
+impl SenderRecovery {
+    /// Judges an RRQ for a packet spanning `[first, first + len)`.
+    pub fn judge(
+        &mut self,
+        protocol: RecoveryProtocol,
+        rrq: &Flit,
+        first: u32,
+        len: u32,
+    ) -> RrqVerdict {
+        let key = (rrq.msg, rrq.packet);
+        let asked = rrq.head.as_ref().map_or(0, |h| h.submsg);
+        let cur = self.ssnf.get(&key).copied().unwrap_or(0);
+        if asked < cur {
+            return RrqVerdict::Stale;
+        }
+        let ssnf = cur.wrapping_add(1);
+        self.ssnf.insert(key, ssnf);
+        let last = first + len.max(1) - 1;
+        let from = match protocol {
+            RecoveryProtocol::Sbrp0 | RecoveryProtocol::None => first,
+            // A resend must hold at least one flit to be a packet.
+            _ => rrq.seq.clamp(first, last),
+        };
+        RrqVerdict::Resend { from, ssnf }
+    }
+
+    pub fn schedule(&mut self, ready_at: u64, p: OutPacket) {
+        self.pending.push_back((ready_at, p));
+    }
+
+    /// The first resend due at `now`.
+    pub fn take_due(&mut self, now: u64) -> Option<OutPacket> {
+        let i = self.pending.iter().position(|(t, _)| *t <= now)?;
+        self.pending.remove(i).map(|(_, p)| p)
+    }
+
+    /// Drops a not yet started resend of (msg, packet), superseded by a
+    /// newer one; returns whether there was one.
+    pub fn cancel(&mut self, msg: u64, packet: u32) -> bool {
+        let before = self.pending.len();
+        self.pending
+            .retain(|(_, p)| !(p.msg.id == msg && p.packet == packet));
+        self.pending.len() != before
+    }
+
+    pub fn next_due(&self) -> Option<u64> {
+        self.pending.iter().map(|(t, _)| *t).min()
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Forgets SSNFs of messages no longer retained.
+    pub fn prune(&mut self, retained: impl Fn(u64) -> bool) {
+        self.ssnf.retain(|&(m, _), _| retained(m));
+    }
+}
+
+/// A packet cut by an NFT that the receiver waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CutPacket {
+    at: u64,
+    ssnf: u16,
+    rrqs: u32,
+}
+
+/// The packet open on one VC of the ejection link, as the receiver sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Open {
+    src: HostId,
+    msg: u64,
+    packet: u32,
+    ssnf: u16,
+    msg_flits: u32,
+}
+
+/// The receiver half: follows the packets on each ejection VC, arms a timer
+/// per packet cut by an NFT and builds the RRQs.
+#[derive(Clone, Debug)]
+pub struct ReceiverRecovery {
+    open: Vec<Option<Open>>,
+    /// (src, msg, packet) -> cut packet, with the message length.
+    cut: BTreeMap<(HostId, u64, u32), (CutPacket, u32)>,
+}
+
+impl ReceiverRecovery {
+    pub fn new(vcs: u8) -> Self {
+        ReceiverRecovery {
+            open: vec![None; vcs.max(1) as usize],
+            cut: BTreeMap::new(),
+        }
+    }
+
+    /// Follows one (non-RRQ) flit; returns true when it is an NFT that cut
+    /// a packet (the caller then checks completeness with the sink).
+    pub fn observe(&mut self, now: u64, cfg: &SbrpConfig, flit: &Flit) -> bool {
+        let vc = flit.vc as usize;
+        if vc >= self.open.len() {
+            return false;
+        }
+        if let Some(h) = flit.head.as_ref().filter(|_| flit.kind.is_head()) {
+            let key = (h.src, flit.msg, flit.packet);
+            // A newer sub-message is on its way: stop waiting for it.
+            if self.cut.get(&key).is_some_and(|(c, _)| h.submsg > c.ssnf) {
+                self.cut.remove(&key);
+            }
+            self.open[vc] = Some(Open {
+                src: h.src,
+                msg: flit.msg,
+                packet: flit.packet,
+                ssnf: h.submsg,
+                msg_flits: h.msg_flits,
+            });
+        }
+        if !flit.kind.is_tail() {
+            return false;
+        }
+        let Some(o) = self.open[vc].take() else {
+            return false;
+        };
+        if flit.flags & flags::NON_FINAL_TAIL == 0 || o.msg != flit.msg {
+            return false;
+        }
+        let first_wait = match cfg.protocol {
+            RecoveryProtocol::Sbrp2 => cfg.report_delay_ns,
+            _ => cfg.nft_wait_ns,
+        };
+        self.cut.insert(
+            (o.src, o.msg, o.packet),
+            (
+                CutPacket {
+                    at: now.saturating_add(first_wait),
+                    ssnf: o.ssnf,
+                    rrqs: 0,
+                },
+                o.msg_flits,
+            ),
+        );
+        true
+    }
+
+    /// Stops waiting for a packet (complete or delivered).
+    pub fn settle(&mut self, src: HostId, msg: u64, packet: u32) {
+        self.cut.remove(&(src, msg, packet));
+    }
+
+    pub fn next_due(&self) -> Option<u64> {
+        self.cut.values().map(|(c, _)| c.at).min()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.cut.len()
+    }
+
+    /// RRQs due at `now`. `first_missing(src, msg, from, to)` asks the sink
+    /// for the first flit of `[from, to)` it still lacks (`None`: nothing
+    /// missing, or the message was delivered).
+    #[allow(clippy::too_many_arguments)]
+    pub fn due_rrqs(
+        &mut self,
+        now: u64,
+        me: HostId,
+        cfg: &SbrpConfig,
+        packetiser: &Packetiser,
+        vc: u8,
+        first_missing: impl Fn(HostId, u64, u32, u32) -> Option<u32>,
+        out: &mut VecDeque<Flit>,
+    ) -> u64 {
+        let mut sent = 0;
+        let due: Vec<_> = self
+            .cut
+            .iter()
+            .filter(|(_, (c, _))| c.at <= now)
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        for ((src, msg, packet), (mut c, msg_flits)) in due {
+            let (first, len) = packetiser.bounds(
+                msg_flits,
+                packet.min(packetiser.packets(msg_flits).saturating_sub(1)),
+            );
+            let missing = first_missing(src, msg, first, first + len);
+            let Some(from) = missing.filter(|_| c.rrqs < cfg.max_receiver_rrqs) else {
+                self.cut.remove(&(src, msg, packet));
+                continue;
+            };
+            // SBRP-0 discards the cut packet: ask for all of it (§5.4).
+            let from = if cfg.protocol == RecoveryProtocol::Sbrp0 {
+                first
+            } else {
+                from
+            };
+            out.push_back(rrq_flit(me, src, msg, packet, c.ssnf, from, vc, now));
+            sent += 1;
+            c.rrqs += 1;
+            c.at = now.saturating_add(cfg.nft_wait_ns.max(1));
+            self.cut.insert((src, msg, packet), (c, msg_flits));
+        }
+        sent
+    }
+}
+
+/// An RRQ: a one-flit packet to `to` asking it to resend `packet` of `msg`
+/// from flit `from`; `ssnf` is the SSNF of the interrupted sub-message.
+#[allow(clippy::too_many_arguments)]
+pub fn rrq_flit(
+    reporter: HostId,
+    to: HostId,
+    msg: u64,
+    packet: u32,
+    ssnf: u16,
+    from: u32,
+    vc: u8,
+    now: u64,
+) -> Flit {
+    Flit {
+        kind: FlitKind::HeadTail,
+        vc,
+        flags: flags::RECOVER_REQUEST,
+        msg,
+        packet,
+        seq: from,
+        head: Some(Head {
+            dst: to,
+            src: reporter,
+            msg_flits: 1,
+            submsg: ssnf,
+            born_ns: now,
+            ..Head::default()
+        }),
+        payload: Bytes::new(),
+    }
+}
+
+/// Whether a flit is an RRQ (it goes to the sender half, not the sink).
+pub fn is_rrq(f: &Flit) -> bool {
+    f.flags & flags::RECOVER_REQUEST != 0
+}
+
+#[cfg(test)]
+#[path = "sbrp_tests.rs"]
+mod sim_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_names_parse() {
+        assert_eq!(
+            RecoveryProtocol::parse("sbrp-1"),
+            Some(RecoveryProtocol::Sbrp1)
+        );
+        assert_eq!(
+            RecoveryProtocol::parse("SBRP2"),
+            Some(RecoveryProtocol::Sbrp2)
+        );
+        assert_eq!(
+            RecoveryProtocol::parse("none"),
+            Some(RecoveryProtocol::None)
+        );
+        assert_eq!(RecoveryProtocol::parse("sbrp3"), None);
+    }
+
+    #[test]
+    fn sender_ignores_rrqs_for_superseded_sub_messages() {
+        let mut s = SenderRecovery::default();
+        let r = rrq_flit(9, 1, 7, 0, 0, 40, 0, 0);
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp1, &r, 0, 128),
+            RrqVerdict::Resend { from: 40, ssnf: 1 }
+        );
+        // A second RRQ about the same (now superseded) sub-message.
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp1, &r, 0, 128),
+            RrqVerdict::Stale
+        );
+        // An RRQ about the resend itself is acted on.
+        let r1 = rrq_flit(9, 1, 7, 0, 1, 500, 0, 0);
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp2, &r1, 0, 128),
+            RrqVerdict::Resend { from: 127, ssnf: 2 }
+        );
+        let r0 = rrq_flit(9, 1, 8, 0, 0, 40, 0, 0);
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp0, &r0, 0, 128),
+            RrqVerdict::Resend { from: 0, ssnf: 1 }
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! SBRP through the deterministic simulator ([`crate::sim`]): a switch on
+//! many paths dies mid-traffic (every port down at one instant, the flits
+//! it holds lost; its neighbours learn at once, spec 003 §5.1), the
+//! controller installs tables avoiding it, and SBRP must recover every
+//! message it cut: no loss, no duplicate delivery, each flow in order, and
+//! every sender buffer released at the end.
+
+use super::*;
+use crate::host::endpoint::{HostConfig, InjectionVc};
+use crate::host::message::split_message_id;
+use crate::host::retained::ReleasePolicy;
+use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
+use crate::host::traffic::TrafficPattern;
+use crate::link::LinkConfig;
+use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
+use crate::switch::Switching;
+use crate::topology::generators::{hypercube, mesh_or_torus};
+use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
+
+/// How long a sender keeps a fully sent message (the release rule under
+/// test: a hold window, spec 003 §5.10 G1).
+const HOLD_NS: u64 = 2_000_000;
+
+/// What one run measured.
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    /// Messages between live hosts, expected and delivered.
+    expected: u64,
+    delivered: u64,
+    /// Messages cut by the fault and recovered.
+    recovered: u64,
+    /// Resent flits, as sent (including resends toward the dead host) and
+    /// as received by live hosts (the overhead of the recovered messages).
+    resent_flits: u64,
+    retransmitted_flits_received: u64,
+    duplicate_flits: u64,
+    /// Mean latency of recovered messages, and of all messages (ns).
+    recovered_latency_ns: f64,
+    overall_latency_ns: f64,
+    rrq_from_switches: u64,
+    rrq_from_receivers: u64,
+    nft_generated: u64,
+}
+
+fn host_cfg(flits: u32, seed: u64) -> HostConfig {
+    HostConfig {
+        host: 0,
+        hosts: 0,
+        source: SourceConfig {
+            pattern: TrafficPattern::AllToAll { rounds: 1 },
+            load: OfferedLoad::FlitsPerSecond { rate: 2e7 },
+            length: MessageLength::Fixed { flits },
+            // One packet per message, as in the thesis.
+            max_packet_flits: flits,
+            payload_bytes: 8,
+            queue_capacity: 64,
+            release: ReleasePolicy::HoldFor { hold_ns: HOLD_NS },
+            ..SourceConfig::default()
+        },
+        // Four VCs (spec 003 §6.1: "All simulations are run on 4 virtual
+        // channels"), so that many worms cross the dead switch at once.
+        injection: InjectionVc::RoundRobin,
+        link: LinkConfig {
+            vcs: 4,
+            buffer_depth: 4,
+            bandwidth_flits_per_s: Some(50_000_000),
+            propagation_ns: 0,
+            keepalive_interval_ns: 200_000,
+            dead_after_ns: 50_000_000,
+            credit_coalesce_ns: 0,
+            ..LinkConfig::default()
+        },
+        epoch: 1,
+        seed,
+        record_trace: true,
+    }
+}
+
+/// The switch a host hangs off.
+fn switch_of(topo: &Topology, h: u32) -> u32 {
+    match topo.peer(PortRef::host(h, 0)).map(|p| p.node) {
+        Some(NodeRef::Switch(s)) => s,
+        other => panic!("host {h} is not cabled to a switch: {other:?}"),
+    }
+}
+
+/// Runs all-to-all traffic of `flits`-flit messages, kills switch `dead`
+/// at `kill_ns`, and checks the SBRP guarantees.
+fn run(topo: Topology, protocol: RecoveryProtocol, flits: u32, dead: u32, kill_ns: u64) -> Outcome {
+    let name = format!("{} {protocol:?} {flits}-flit", topo.name);
+    let tables = shortest_path_lfts(&topo);
+    let cfg = SimConfig {
+        host: host_cfg(flits, 7),
+        switching: Switching::Wormhole,
+        wire_ns: 100,
+    };
+    let n = topo.num_hosts() as u32;
+    let dead_hosts: Vec<u32> = (0..n).filter(|&h| switch_of(&topo, h) == dead).collect();
+    let mut f = build_fabric(topo.clone(), &tables, &cfg).unwrap();
+    let sbrp = SbrpConfig {
+        protocol,
+        resend_delay_ns: 2_000,
+        // The reporter's overhead is left out on both sides (C's RRQ leaves
+        // at once), so that the variants differ only by protocol.
+        report_delay_ns: 0,
+        nft_wait_ns: 100_000,
+        max_receiver_rrqs: 8,
+    };
+    for h in &mut f.hosts {
+        h.set_recovery(sbrp.clone()).unwrap();
+    }
+    for s in &mut f.switches {
+        s.set_recovery(protocol);
+    }
+    f.start(0);
+    f.run_until(kill_ns);
+
+    // The kill: the dead switch stops acting (its flits are lost), its
+    // neighbours see their ports to it die at the same instant, its hosts
+    // stop, and the controller re-routes around it.
+    let now = f.now();
+    f.switches[dead as usize].set_recovery(RecoveryProtocol::None);
+    let radix = topo.switches[dead as usize].ports.len();
+    for p in 0..radix {
+        let _ = f.switches[dead as usize].set_port_admin(p as u16, false);
+    }
+    for p in 0..radix {
+        if let Some(peer) = topo.peer(PortRef::switch(dead, p as u16)) {
+            match peer.node {
+                NodeRef::Switch(s) => {
+                    f.switches[s as usize]
+                        .set_port_admin(peer.port, false)
+                        .unwrap();
+                }
+                NodeRef::Host(h) => f.hosts[h as usize].stop(now),
+            }
+        }
+    }
+    let faults = FaultSet {
+        switches: [dead].into_iter().collect(),
+        ..FaultSet::none()
+    };
+    let rerouted = shortest_path_lfts_avoiding(&topo, &faults);
+    for (s, sw) in f.switches.iter_mut().enumerate() {
+        if s != dead as usize {
+            sw.install_table(rerouted.switches[s].clone(), rerouted.vc_policy(s).clone());
+        }
+    }
+
+    // Run until the live hosts are done and recovery has settled, then
+    // past the hold window so every sender may release.
+    let live = |h: u32| !dead_hosts.contains(&h);
+    let limit = 100_000_000;
+    loop {
+        let t = f.now() + 50_000;
+        f.run_until(t);
+        let busy = f
+            .hosts
+            .iter()
+            .enumerate()
+            .any(|(h, e)| live(h as u32) && (!e.is_drained() || e.recovery_in_progress() > 0));
+        if !busy || t > limit {
+            if t > limit {
+                for (h, e) in f.hosts.iter().enumerate() {
+                    if live(h as u32) && (!e.is_drained() || e.recovery_in_progress() > 0) {
+                        eprintln!(
+                            "host {h}: drained {} recovery {} {:?} queued {}",
+                            e.is_drained(),
+                            e.recovery_in_progress(),
+                            e.sbrp_stats(),
+                            e.link().queued()
+                        );
+                    }
+                }
+            }
+            assert!(t <= limit, "{name}: did not finish");
+            break;
+        }
+    }
+    let end = f.now() + HOLD_NS + 1_000_000;
+    f.run_until(end);
+
+    let mut out = Outcome::default();
+    let mut latency = crate::host::histogram::Histogram::new();
+    let mut recovered = crate::host::histogram::Histogram::new();
+    for (h, e) in f.hosts.iter().enumerate() {
+        let me = h as u32;
+        if !live(me) {
+            continue;
+        }
+        let r = e.report();
+        assert_eq!(r.retained, 0, "{name}: host {me} still retains messages");
+        assert_eq!(e.recovery_in_progress(), 0, "{name}: host {me}");
+        assert_eq!(r.sink.duplicate_messages, 0, "{name}: host {me}");
+        assert_eq!(r.sink.out_of_order_messages, 0, "{name}: host {me}");
+        assert_eq!(r.sink.corrupted_messages, 0, "{name}: host {me}");
+        assert_eq!(r.sbrp.unrecoverable_rrq, 0, "{name}: host {me}");
+        if std::env::var_os("SBRP_DEBUG").is_some() {
+            eprintln!("host {me}: {:?} sink {:?}", r.sbrp, r.sink);
+        }
+        // Every live flow: messages 0.. exactly once, in order.
+        let mut per_src = vec![Vec::new(); n as usize];
+        for d in e.delivery_trace() {
+            let (dst, seq) = split_message_id(d.msg);
+            assert_eq!(dst, me);
+            per_src[d.src as usize].push(seq);
+        }
+        for (src, seqs) in per_src.iter().enumerate() {
+            if src as u32 == me || !live(src as u32) {
+                continue;
+            }
+            assert_eq!(seqs, &[0], "{name}: flow {src} -> {me}");
+            out.expected += 1;
+            out.delivered += seqs.len() as u64;
+        }
+        out.resent_flits += r.sbrp.resent_flits;
+        out.retransmitted_flits_received += r.sink.retransmitted_flits;
+        out.duplicate_flits += r.sink.duplicate_flits;
+        out.rrq_from_receivers += r.sbrp.rrq_sent;
+        latency.merge(e.sink().latency());
+        recovered.merge(e.sink().recovered_latency());
+    }
+    for (s, sw) in f.switches.iter().enumerate() {
+        if s != dead as usize {
+            out.rrq_from_switches += sw.sbrp_counters().rrq_sent;
+            out.nft_generated += sw.sbrp_counters().nft_generated;
+        }
+    }
+    out.recovered = recovered.count();
+    out.recovered_latency_ns = recovered.mean();
+    out.overall_latency_ns = latency.mean();
+    assert_eq!(out.delivered, out.expected, "{name}: messages lost");
+    eprintln!("{name}: {out:?}");
+    out
+}
+
+fn per_message(o: &Outcome) -> f64 {
+    o.retransmitted_flits_received as f64 / o.recovered.max(1) as f64
+}
+
+/// Sums outcomes of kills at several instants (more recovered messages).
+fn pooled(runs: impl IntoIterator<Item = Outcome>) -> Outcome {
+    let mut p = Outcome::default();
+    let mut lat = 0.0;
+    for o in runs {
+        lat += o.recovered_latency_ns * o.recovered as f64;
+        p.expected += o.expected;
+        p.delivered += o.delivered;
+        p.recovered += o.recovered;
+        p.resent_flits += o.resent_flits;
+        p.retransmitted_flits_received += o.retransmitted_flits_received;
+        p.duplicate_flits += o.duplicate_flits;
+        p.rrq_from_switches += o.rrq_from_switches;
+        p.rrq_from_receivers += o.rrq_from_receivers;
+        p.nft_generated += o.nft_generated;
+    }
+    p.recovered_latency_ns = lat / p.recovered.max(1) as f64;
+    p
+}
+
+/// The 4-cube: switch 5 lies on many e-cube paths; killed while 128-flit
+/// messages stream.
+fn cube(protocol: RecoveryProtocol, flits: u32) -> Outcome {
+    let kill = if flits >= 64 { 30_000 } else { 3_000 };
+    cut_some(run(hypercube(4).unwrap(), protocol, flits, 5, kill))
+}
+
+fn mesh(protocol: RecoveryProtocol, flits: u32) -> Outcome {
+    let kill = if flits >= 64 { 30_000 } else { 3_000 };
+    let topo = mesh_or_torus(&[4, 4], false).unwrap();
+    // An edge switch: the shortest-path tables around an *inner* hole
+    // are not deadlock-free (they mix XY and YX turns), which would test
+    // the routing engine, not SBRP. Edge switch 1 lies on many XY paths
+    // along its row.
+    cut_some(run(topo, protocol, flits, 1, kill))
+}
+
+/// The kill must have cut some message between live hosts, or the run
+/// tested nothing.
+fn cut_some(o: Outcome) -> Outcome {
+    assert!(o.recovered > 0, "the fault cut no message: {o:?}");
+    o
+}
+
+#[test]
+fn sbrp0_recovers_a_killed_switch_on_a_4_cube() {
+    let long = cube(RecoveryProtocol::Sbrp0, 128);
+    // SBRP-0 resends whole packets.
+    assert!(per_message(&long) >= 128.0, "{long:?}");
+    cube(RecoveryProtocol::Sbrp0, 8);
+}
+
+#[test]
+fn sbrp1_recovers_a_killed_switch_on_a_4_cube() {
+    cube(RecoveryProtocol::Sbrp1, 128);
+    cube(RecoveryProtocol::Sbrp1, 8);
+}
+
+#[test]
+fn sbrp2_recovers_a_killed_switch_on_a_4_cube() {
+    let long = cube(RecoveryProtocol::Sbrp2, 128);
+    assert!(long.rrq_from_receivers > 0, "{long:?}");
+    cube(RecoveryProtocol::Sbrp2, 8);
+}
+
+#[test]
+fn every_variant_recovers_a_killed_switch_on_a_4x4_mesh() {
+    for p in [
+        RecoveryProtocol::Sbrp2,
+        RecoveryProtocol::Sbrp0,
+        RecoveryProtocol::Sbrp1,
+    ] {
+        mesh(p, 128);
+        mesh(p, 8);
+    }
+}
+
+/// The thesis's orderings (spec 003 §1) where a deterministic run can test
+/// them, on long (128-flit) messages, pooled over three kill instants: the
+/// partial resends (SBRP-1/2) resend fewer flits per recovered message than
+/// SBRP-0, SBRP-2 resends exactly the missing flits (no duplicates), and
+/// SBRP-2 recovers faster than SBRP-0. The thesis's "SBRP-1 best" is not
+/// asserted: with a zero-cost reporter at C it did not show here (see
+/// docs/sbrp.md, numbers).
+#[test]
+fn relative_overheads_follow_the_thesis_on_long_messages() {
+    let kills = [20_000, 35_000, 50_000];
+    let pool = |p| pooled(kills.map(|k| run(hypercube(4).unwrap(), p, 128, 5, k)));
+    let s0 = pool(RecoveryProtocol::Sbrp0);
+    let s1 = pool(RecoveryProtocol::Sbrp1);
+    let s2 = pool(RecoveryProtocol::Sbrp2);
+    eprintln!("pooled:\n SBRP-0 {s0:?}\n SBRP-1 {s1:?}\n SBRP-2 {s2:?}");
+    for o in [&s0, &s1, &s2] {
+        cut_some(o.clone());
+    }
+    assert!(per_message(&s1) < per_message(&s0), "{s0:?} {s1:?}");
+    assert!(per_message(&s2) < per_message(&s0), "{s0:?} {s2:?}");
+    assert_eq!(s2.duplicate_flits, 0, "{s2:?}");
+    assert!(
+        s2.recovered_latency_ns < s0.recovered_latency_ns,
+        "{s0:?} {s2:?}"
+    );
+}
+
+#[test]
+fn without_recovery_the_same_kill_loses_messages() {
+    // The control experiment: the test above can fail.
+    let topo = hypercube(4).unwrap();
+    let result = std::panic::catch_unwind(|| {
+        run(topo, RecoveryProtocol::None, 128, 5, 40_000);
+    });
+    assert!(result.is_err(), "a kill without recovery lost nothing");
+}

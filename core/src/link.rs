@@ -1,0 +1,1351 @@
+//! One end of a point-to-point link with credit-based flow control, used by
+//! switch ports and host ports alike. Sans-IO in the quinn-proto style: the
+//! owner feeds datagrams and time in, and polls datagrams, flits, events and
+//! the next deadline out.
+//!
+//! Flow control keeps *cumulative* per-VC counters on both sides (see
+//! `docs/wire.md`, "Credits and resynchronisation"):
+//!
+//! * sender: `consumed` (credits taken by [`Link::send`]), `transmitted`
+//!   (flits put on the wire), `peer_freed` (the receiver's last reported
+//!   freed count). Credits = `buffer_depth - (consumed - peer_freed)`.
+//! * receiver: `received`, `freed` ([`Link::release`]); `received - freed`
+//!   slots are in use and never exceed `buffer_depth`.
+//!
+//! Credit items carry `freed` itself, so a lost credit datagram is healed by
+//! the next one; sync items carry `transmitted`, so flits lost in transit are
+//! written off and their slots freed. Epochs in every header detect a peer
+//! that restarted, which resets the counters against it.
+
+use crate::flit::{Flit, MAX_INTERMEDIATES};
+use crate::wire::{
+    self, FrameWriter, Header, Item, SyncInfo, WireError, CREDIT_ITEM_LEN, HEADER_LEN,
+    KEEPALIVE_ITEM_LEN, MAX_VCS,
+};
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+/// Largest buffer depth: the wrapping 16-bit counters are compared as
+/// signed differences, so in-flight amounts must stay below 2^15.
+pub const MAX_BUFFER_DEPTH: u16 = 16_384;
+/// Tokens the bandwidth bucket can hold after an idle period, in flits.
+const TOKEN_BURST_FLITS: u128 = 16;
+const NS_PER_S: u128 = 1_000_000_000;
+
+/// Static parameters of one link end (both ends must agree).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LinkConfig {
+    /// Virtual channels, 1..=15.
+    pub vcs: u8,
+    /// Flits per VC at the receiver = initial credits of the sender.
+    pub buffer_depth: u16,
+    /// Emulated link bandwidth; `None` = unlimited.
+    pub bandwidth_flits_per_s: Option<u64>,
+    /// One-way propagation delay applied to everything received.
+    pub propagation_ns: u64,
+    /// A datagram carrying a sync record goes out at least this often; when
+    /// the link is otherwise idle it is a keepalive.
+    pub keepalive_interval_ns: u64,
+    /// Silence after which the peer is declared down.
+    pub dead_after_ns: u64,
+    /// Largest datagram this end sends, in bytes.
+    pub mtu: usize,
+    /// How long freed credits may wait for a data datagram to ride on
+    /// before they are sent alone (they go at once when half a VC's buffer
+    /// is owed).
+    pub credit_coalesce_ns: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            vcs: 1,
+            buffer_depth: 8,
+            bandwidth_flits_per_s: None,
+            propagation_ns: 0,
+            keepalive_interval_ns: 50_000_000,
+            dead_after_ns: 500_000_000,
+            mtu: wire::DEFAULT_MTU,
+            credit_coalesce_ns: 2_000,
+        }
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} = {value}: {reason}")]
+    Invalid {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+fn invalid(field: &'static str, value: impl ToString, reason: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        value: value.to_string(),
+        reason,
+    }
+}
+
+impl LinkConfig {
+    /// Bytes a datagram must keep free for a full sync record (credits for
+    /// every VC, the sync item and a keepalive).
+    pub fn control_reserve(&self) -> usize {
+        self.vcs as usize * CREDIT_ITEM_LEN + wire::sync_len(self.vcs) + KEEPALIVE_ITEM_LEN
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.vcs == 0 || self.vcs as usize > MAX_VCS {
+            return Err(invalid("link.vcs", self.vcs, "must be 1..=15"));
+        }
+        if self.buffer_depth == 0 || self.buffer_depth > MAX_BUFFER_DEPTH {
+            return Err(invalid(
+                "link.buffer_depth",
+                self.buffer_depth,
+                "must be 1..=16384",
+            ));
+        }
+        if self.bandwidth_flits_per_s == Some(0) {
+            return Err(invalid(
+                "link.bandwidth_flits_per_s",
+                0,
+                "must be positive (or absent for unlimited)",
+            ));
+        }
+        if self.keepalive_interval_ns == 0 {
+            return Err(invalid("link.keepalive_interval_ns", 0, "must be positive"));
+        }
+        if self.dead_after_ns <= self.keepalive_interval_ns {
+            return Err(invalid(
+                "link.dead_after_ns",
+                self.dead_after_ns,
+                "must exceed keepalive_interval_ns",
+            ));
+        }
+        let min_mtu = HEADER_LEN + self.control_reserve() + 64;
+        if self.mtu < min_mtu || self.mtu > 65_507 {
+            return Err(invalid(
+                "link.mtu",
+                self.mtu,
+                "must leave room for the header, a sync record and a 64-byte flit, and fit a UDP datagram (65507)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why [`Link::send`] or [`Link::release`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("no credit on vc {vc}")]
+    NoCredit { vc: u8 },
+    #[error("vc {vc} out of range (link has {vcs})")]
+    BadVc { vc: u8, vcs: u8 },
+    #[error("link is administratively down")]
+    AdminDown,
+    #[error("malformed flit (msg {msg}, seq {seq}): {reason}")]
+    MalformedFlit {
+        msg: u64,
+        seq: u32,
+        reason: &'static str,
+    },
+    #[error("flit of {len} wire bytes does not fit the {mtu}-byte MTU")]
+    FlitTooLarge { len: usize, mtu: usize },
+    #[error("release of {n} slots on vc {vc}, but only {held} delivered flits are held")]
+    ReleaseTooMany { vc: u8, n: u16, held: u16 },
+}
+
+/// State changes the owner should know about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The peer spoke after silence (or for the first time).
+    PeerUp,
+    /// Nothing heard for `dead_after_ns`.
+    PeerDown,
+    /// The peer came back with a new epoch (it restarted): credit state was reset.
+    PeerRestarted { old_epoch: u16, new_epoch: u16 },
+}
+
+/// Counters of one link end. Per-VC arrays are indexed by VC.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub tx_flits: [u64; MAX_VCS],
+    pub rx_flits: [u64; MAX_VCS],
+    pub tx_payload_bytes: u64,
+    pub rx_payload_bytes: u64,
+    pub tx_datagrams: u64,
+    pub rx_datagrams: u64,
+    /// Whole datagram bytes.
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+    /// Credits (buffer slots) returned to the peer / received from it.
+    pub tx_credits: u64,
+    pub rx_credits: u64,
+    /// Time with the owner waiting to send on the VC but zero credits
+    /// (closed intervals only; a stall in progress is added when it ends).
+    pub credit_stall_ns: [u64; MAX_VCS],
+    /// Datagrams missing from the sequence (each gap counted once, even if
+    /// the datagram later shows up reordered).
+    pub seq_gaps: u64,
+    /// Datagrams that arrived after a later one.
+    pub reordered: u64,
+    /// Reordered datagrams older than the last sync: dropped (their flits
+    /// were already written off as lost).
+    pub stale_dropped: u64,
+    pub crc_errors: u64,
+    /// Datagrams that failed to decode for another reason.
+    pub bad_datagrams: u64,
+    /// Flits received on a VC this link does not have (dropped).
+    pub rx_bad_vc: u64,
+    /// Flits received with the VC's buffer full (peer broke flow control; dropped).
+    pub rx_overflow: u64,
+    /// Flits the peer transmitted that never arrived (from sync records).
+    pub rx_lost_flits: u64,
+    /// Datagrams dropped because the link is administratively down, or
+    /// because the peer does not know our epoch yet.
+    pub rx_dropped_down: u64,
+    pub rx_dropped_unsynced: u64,
+    pub peer_down_events: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct TxVc {
+    consumed: u16,
+    transmitted: u16,
+    peer_freed: u16,
+    /// False after a reset until the peer reports its freed counter.
+    baseline: bool,
+    stall_since: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RxVc {
+    received: u16,
+    freed: u16,
+    /// Last `freed` value sent to the peer.
+    advertised: u16,
+    /// Received flits not yet handed out by `poll_received`.
+    undelivered: u16,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RxSeq {
+    started: bool,
+    next: u32,
+    /// Datagrams older than the last sync are stale.
+    floor: u32,
+}
+
+/// One end of a link.
+#[derive(Debug)]
+pub struct Link {
+    cfg: LinkConfig,
+    now: u64,
+    epoch: u16,
+    peer_epoch: Option<u16>,
+    /// The peer's last header echoed our epoch.
+    peer_synced: bool,
+    admin_up: bool,
+    alive: bool,
+    last_heard: u64,
+    /// Set when the link is brought back up administratively: if the peer
+    /// stays silent for `dead_after_ns` from then, `PeerDown` is reported
+    /// again (it may have died while we were not listening).
+    probe_since: Option<u64>,
+    tx_seq: u32,
+    /// Next time a sync record is due; `None` = as soon as possible.
+    next_sync_at: Option<u64>,
+    tx: Vec<TxVc>,
+    tx_queue: VecDeque<Flit>,
+    rx: Vec<RxVc>,
+    rx_seq: RxSeq,
+    credit_dirty_since: Option<u64>,
+    /// Received items waiting out the propagation delay.
+    in_flight: VecDeque<(u64, Item)>,
+    ready: VecDeque<Flit>,
+    /// Bandwidth bucket, in flits × 10⁹.
+    tokens: u128,
+    tokens_at: u64,
+    events: VecDeque<LinkEvent>,
+    stats: LinkStats,
+    scratch: wire::Frame,
+}
+
+fn ahead(a: u16, b: u16) -> i16 {
+    a.wrapping_sub(b) as i16
+}
+
+impl Link {
+    /// A link end with epoch 1. Daemons should use [`Link::with_epoch`]
+    /// with a value that changes across restarts (e.g. from the start time).
+    pub fn new(cfg: LinkConfig) -> Result<Self, ConfigError> {
+        Self::with_epoch(cfg, 1)
+    }
+
+    /// A link end with the given incarnation number (0 is mapped to 1:
+    /// 0 means "unknown" on the wire).
+    pub fn with_epoch(cfg: LinkConfig, epoch: u16) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let vcs = cfg.vcs as usize;
+        let baseline_tx = TxVc {
+            baseline: true,
+            ..TxVc::default()
+        };
+        Ok(Link {
+            now: 0,
+            epoch: epoch.max(1),
+            peer_epoch: None,
+            peer_synced: false,
+            admin_up: true,
+            alive: false,
+            last_heard: 0,
+            probe_since: None,
+            tx_seq: 0,
+            next_sync_at: None,
+            tx: vec![baseline_tx; vcs],
+            tx_queue: VecDeque::with_capacity(vcs * cfg.buffer_depth as usize),
+            rx: vec![RxVc::default(); vcs],
+            rx_seq: RxSeq::default(),
+            credit_dirty_since: None,
+            in_flight: VecDeque::new(),
+            ready: VecDeque::new(),
+            tokens: NS_PER_S,
+            tokens_at: 0,
+            events: VecDeque::new(),
+            stats: LinkStats::default(),
+            scratch: wire::Frame::default(),
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    pub fn epoch(&self) -> u16 {
+        self.epoch
+    }
+
+    /// Credits left on `vc` (0 for a VC out of range).
+    pub fn credits(&self, vc: u8) -> u16 {
+        match self.tx.get(vc as usize) {
+            Some(t) => {
+                let used = t.consumed.wrapping_sub(t.peer_freed);
+                self.cfg.buffer_depth.saturating_sub(used)
+            }
+            None => 0,
+        }
+    }
+
+    /// Whether [`Link::send`] would accept a flit on `vc` now.
+    pub fn can_send(&self, vc: u8) -> bool {
+        self.admin_up && self.credits(vc) > 0
+    }
+
+    /// Whether the link can carry traffic: admin up and the peer alive.
+    pub fn is_up(&self) -> bool {
+        self.admin_up && self.alive
+    }
+
+    pub fn is_peer_alive(&self) -> bool {
+        self.alive
+    }
+
+    pub fn is_admin_up(&self) -> bool {
+        self.admin_up
+    }
+
+    /// Flits accepted by `send` and not yet transmitted.
+    pub fn queued(&self) -> usize {
+        self.tx_queue.len()
+    }
+
+    /// Flits received and not yet taken by `poll_received` (including those
+    /// still propagating).
+    pub fn pending_rx(&self) -> usize {
+        self.ready.len()
+            + self
+                .in_flight
+                .iter()
+                .filter(|(_, i)| matches!(i, Item::Flit(_)))
+                .count()
+    }
+
+    /// Records that the owner is waiting for credits on `vc` (none left,
+    /// or fewer than a virtual cut-through packet needs), starting the
+    /// credit-stall clock; the next credit arrival stops it. `send` does
+    /// this itself when it refuses for lack of credit.
+    pub fn note_stalled(&mut self, vc: u8) {
+        let now = self.now;
+        if let Some(t) = self.tx.get_mut(vc as usize) {
+            t.stall_since.get_or_insert(now);
+        }
+    }
+
+    fn check_flit(&self, f: &Flit) -> Result<(), LinkError> {
+        let bad = |reason| LinkError::MalformedFlit {
+            msg: f.msg,
+            seq: f.seq,
+            reason,
+        };
+        if f.kind.is_head() != f.head.is_some() {
+            return Err(bad("head flits must carry a head, others must not"));
+        }
+        if let Some(h) = &f.head {
+            if h.n_intermediates as usize > MAX_INTERMEDIATES {
+                return Err(bad("too many intermediates"));
+            }
+            if h.leg > h.n_intermediates {
+                return Err(bad("leg beyond the intermediates"));
+            }
+        }
+        if f.payload.len() > u16::MAX as usize {
+            return Err(bad("payload longer than 65535 bytes"));
+        }
+        // Cheap bound first: the largest a flit's item can be beyond its payload.
+        let room = self.cfg.mtu - HEADER_LEN - self.cfg.control_reserve();
+        if f.payload.len() + wire::MAX_FLIT_OVERHEAD <= room {
+            return Ok(());
+        }
+        let len = wire::flit_wire_len(f);
+        if len > room {
+            return Err(LinkError::FlitTooLarge {
+                len,
+                mtu: self.cfg.mtu,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues `flit` for transmission on `flit.vc`, consuming one credit.
+    pub fn send(&mut self, flit: Flit) -> Result<(), LinkError> {
+        let vc = flit.vc;
+        if vc >= self.cfg.vcs {
+            return Err(LinkError::BadVc {
+                vc,
+                vcs: self.cfg.vcs,
+            });
+        }
+        if !self.admin_up {
+            return Err(LinkError::AdminDown);
+        }
+        if self.credits(vc) == 0 {
+            self.note_stalled(vc);
+            return Err(LinkError::NoCredit { vc });
+        }
+        self.check_flit(&flit)?;
+        let t = &mut self.tx[vc as usize];
+        t.consumed = t.consumed.wrapping_add(1);
+        debug_assert!(t.consumed.wrapping_sub(t.peer_freed) <= self.cfg.buffer_depth);
+        self.tx_queue.push_back(flit);
+        Ok(())
+    }
+
+    /// Drops every queued, untransmitted flit and gives its credit back
+    /// (for an owner tearing down traffic to a dead peer). Returns how many.
+    pub fn discard_queued(&mut self) -> usize {
+        let n = self.tx_queue.len();
+        for f in self.tx_queue.drain(..) {
+            let t = &mut self.tx[f.vc as usize];
+            t.consumed = t.consumed.wrapping_sub(1);
+        }
+        n
+    }
+
+    /// The owner freed `n` buffer slots of `vc` (flits it took with
+    /// `poll_received`): the credits are owed to the peer.
+    pub fn release(&mut self, vc: u8, n: u16) -> Result<(), LinkError> {
+        let r = self.rx.get_mut(vc as usize).ok_or(LinkError::BadVc {
+            vc,
+            vcs: self.cfg.vcs,
+        })?;
+        let held = r.received.wrapping_sub(r.freed).wrapping_sub(r.undelivered);
+        if n > held {
+            return Err(LinkError::ReleaseTooMany { vc, n, held });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        r.freed = r.freed.wrapping_add(n);
+        self.credit_dirty_since.get_or_insert(self.now);
+        Ok(())
+    }
+
+    /// Controller switch: when down, nothing is sent and everything
+    /// received (including what is still propagating) is dropped.
+    pub fn set_admin_up(&mut self, up: bool) {
+        self.admin_up = up;
+        if !up {
+            self.stats.rx_dropped_down += self.in_flight.len() as u64;
+            self.in_flight.clear();
+        } else {
+            self.next_sync_at = None;
+            if !self.alive {
+                self.probe_since = Some(self.now);
+            }
+        }
+    }
+
+    /// Credit-stall time of `vc` including a stall still in progress.
+    pub fn credit_stall_ns(&self, vc: u8) -> u64 {
+        let done = self
+            .stats
+            .credit_stall_ns
+            .get(vc as usize)
+            .copied()
+            .unwrap_or(0);
+        match self.tx.get(vc as usize).and_then(|t| t.stall_since) {
+            Some(since) => done + self.now.saturating_sub(since),
+            None => done,
+        }
+    }
+
+    pub fn stats(&self) -> &LinkStats {
+        &self.stats
+    }
+
+    pub fn poll_event(&mut self) -> Option<LinkEvent> {
+        self.events.pop_front()
+    }
+
+    /// Next flit whose propagation delay has elapsed (as of the last time
+    /// passed to any method).
+    pub fn poll_received(&mut self) -> Option<Flit> {
+        let now = self.now;
+        self.deliver_due(now);
+        let f = self.ready.pop_front()?;
+        let r = &mut self.rx[f.vc as usize];
+        r.undelivered -= 1;
+        Some(f)
+    }
+
+    /// Peeks at the next deliverable flit without taking it.
+    pub fn peek_received(&mut self) -> Option<&Flit> {
+        let now = self.now;
+        self.deliver_due(now);
+        self.ready.front()
+    }
+
+    /// Handles a datagram copied from a slice (one copy per datagram).
+    pub fn handle_datagram_slice(&mut self, now: u64, data: &[u8]) -> Result<(), WireError> {
+        self.handle_datagram(now, Bytes::copy_from_slice(data))
+    }
+
+    /// Validates and takes in one datagram from the peer. Flits become
+    /// visible to `poll_received` after `propagation_ns`; credits and sync
+    /// records take effect after the same delay.
+    pub fn handle_datagram(&mut self, now: u64, data: Bytes) -> Result<(), WireError> {
+        self.advance(now);
+        let mut frame = std::mem::take(&mut self.scratch);
+        let r = self.take_in(now, &data, &mut frame);
+        frame.items.clear();
+        self.scratch = frame;
+        self.deliver_due(now);
+        r
+    }
+
+    fn take_in(
+        &mut self,
+        now: u64,
+        data: &Bytes,
+        frame: &mut wire::Frame,
+    ) -> Result<(), WireError> {
+        if let Err(e) = wire::decode_bytes_into(data, frame) {
+            match e {
+                WireError::BadCrc { .. } => self.stats.crc_errors += 1,
+                _ => self.stats.bad_datagrams += 1,
+            }
+            return Err(e);
+        }
+        if !self.admin_up {
+            self.stats.rx_dropped_down += 1;
+            return Ok(());
+        }
+        self.stats.rx_datagrams += 1;
+        self.stats.rx_bytes += data.len() as u64;
+        self.last_heard = now;
+        self.probe_since = None;
+        if !self.alive {
+            // Answer at once so the peer resynchronises without waiting a
+            // keepalive interval.
+            self.alive = true;
+            self.next_sync_at = None;
+            self.events.push_back(LinkEvent::PeerUp);
+        }
+        let h = frame.header;
+        if self.peer_epoch != Some(h.epoch) {
+            if let Some(old) = self.peer_epoch {
+                self.events.push_back(LinkEvent::PeerRestarted {
+                    old_epoch: old,
+                    new_epoch: h.epoch,
+                });
+            }
+            self.reset_against(h.epoch);
+        }
+        self.peer_synced = h.peer_epoch == self.epoch;
+        if !self.peer_synced {
+            // Its counters are not about us yet: only learn its epoch.
+            self.stats.rx_dropped_unsynced += 1;
+            self.next_sync_at = None;
+            return Ok(());
+        }
+        let s = &mut self.rx_seq;
+        if !s.started {
+            *s = RxSeq {
+                started: true,
+                next: h.seq.wrapping_add(1),
+                floor: h.seq,
+            };
+        } else {
+            let d = h.seq.wrapping_sub(s.next) as i32;
+            if d >= 0 {
+                self.stats.seq_gaps += d as u64;
+                s.next = h.seq.wrapping_add(1);
+            } else if (h.seq.wrapping_sub(s.floor) as i32) < 0 {
+                self.stats.stale_dropped += 1;
+                return Ok(());
+            } else {
+                self.stats.reordered += 1;
+            }
+        }
+        let has_sync = frame.items.iter().any(|i| matches!(i, Item::Sync(_)));
+        if has_sync && (h.seq.wrapping_sub(self.rx_seq.floor) as i32) > 0 {
+            self.rx_seq.floor = h.seq;
+        }
+        let due = now.saturating_add(self.cfg.propagation_ns);
+        for item in frame.items.drain(..) {
+            self.in_flight.push_back((due, item));
+        }
+        Ok(())
+    }
+
+    /// The peer is a new incarnation `epoch`: restart every counter against
+    /// it. Flits we still hold keep their slots (`freed` starts behind
+    /// `received` by that much); flits we have queued keep their credits.
+    fn reset_against(&mut self, epoch: u16) {
+        self.peer_epoch = Some(epoch);
+        self.peer_synced = false;
+        self.rx_seq = RxSeq::default();
+        self.stats.rx_dropped_down += self.in_flight.len() as u64;
+        self.in_flight.clear();
+        for r in &mut self.rx {
+            let held = r.received.wrapping_sub(r.freed);
+            r.received = 0;
+            r.freed = 0u16.wrapping_sub(held);
+            r.advertised = r.freed;
+        }
+        for t in &mut self.tx {
+            t.transmitted = 0;
+            t.peer_freed = 0;
+            t.consumed = 0;
+            t.baseline = false;
+        }
+        for f in &self.tx_queue {
+            let t = &mut self.tx[f.vc as usize];
+            t.consumed = t.consumed.wrapping_add(1);
+        }
+        self.next_sync_at = None;
+    }
+
+    /// Applies every received item whose propagation delay has elapsed.
+    fn deliver_due(&mut self, now: u64) {
+        while let Some((at, _)) = self.in_flight.front() {
+            if *at > now {
+                break;
+            }
+            let Some((_, item)) = self.in_flight.pop_front() else {
+                break;
+            };
+            match item {
+                Item::Flit(f) => self.accept_flit(f),
+                Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
+                Item::Sync(s) => self.apply_sync(&s),
+                Item::Keepalive | Item::Extension { .. } => {}
+            }
+        }
+    }
+
+    fn accept_flit(&mut self, f: Flit) {
+        let vc = f.vc as usize;
+        let Some(r) = self.rx.get_mut(vc) else {
+            self.stats.rx_bad_vc += 1;
+            return;
+        };
+        r.received = r.received.wrapping_add(1);
+        if r.received.wrapping_sub(r.freed) > self.cfg.buffer_depth {
+            // The peer over-committed: drop, and free the slot at once so
+            // the counters stay in step.
+            r.freed = r.freed.wrapping_add(1);
+            self.stats.rx_overflow += 1;
+            self.credit_dirty_since.get_or_insert(self.now);
+            return;
+        }
+        r.undelivered += 1;
+        self.stats.rx_flits[vc] += 1;
+        self.stats.rx_payload_bytes += f.payload.len() as u64;
+        self.ready.push_back(f);
+    }
+
+    fn apply_credit(&mut self, now: u64, vc: u8, freed_total: u16) {
+        let depth = self.cfg.buffer_depth;
+        let Some(t) = self.tx.get_mut(vc as usize) else {
+            return;
+        };
+        let outstanding = t.consumed.wrapping_sub(freed_total);
+        if !t.baseline {
+            // First report after a reset: absolute.
+            t.baseline = true;
+            t.peer_freed = freed_total;
+        } else {
+            let d = ahead(freed_total, t.peer_freed);
+            if d <= 0 || (outstanding as i16) < 0 {
+                return; // old (reordered) or impossible
+            }
+            t.peer_freed = freed_total;
+            self.stats.rx_credits += d as u64;
+        }
+        if t.consumed.wrapping_sub(t.peer_freed) < depth {
+            if let Some(since) = t.stall_since.take() {
+                self.stats.credit_stall_ns[vc as usize] += now.saturating_sub(since);
+            }
+        }
+    }
+
+    fn apply_sync(&mut self, s: &SyncInfo) {
+        let n = (s.vcs as usize).min(self.rx.len());
+        for (vc, r) in self.rx.iter_mut().enumerate().take(n) {
+            let lost = ahead(s.transmitted[vc], r.received);
+            if lost > 0 {
+                let lost = lost as u16;
+                r.received = r.received.wrapping_add(lost);
+                r.freed = r.freed.wrapping_add(lost);
+                self.stats.rx_lost_flits += lost as u64;
+                self.credit_dirty_since.get_or_insert(self.now);
+            }
+        }
+    }
+
+    fn advance(&mut self, now: u64) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    /// Timer processing: delivers propagated items and declares the peer
+    /// down after `dead_after_ns` of silence.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.advance(now);
+        self.deliver_due(now);
+        if self.alive && now.saturating_sub(self.last_heard) >= self.cfg.dead_after_ns {
+            self.alive = false;
+            self.stats.peer_down_events += 1;
+            self.events.push_back(LinkEvent::PeerDown);
+        }
+        if let Some(since) = self.probe_since {
+            if now.saturating_sub(since) >= self.cfg.dead_after_ns {
+                self.probe_since = None;
+                self.stats.peer_down_events += 1;
+                self.events.push_back(LinkEvent::PeerDown);
+            }
+        }
+    }
+
+    fn refill(&mut self, now: u64) {
+        if let Some(rate) = self.cfg.bandwidth_flits_per_s {
+            let dt = now.saturating_sub(self.tokens_at) as u128;
+            self.tokens = (self.tokens + dt * rate as u128).min(TOKEN_BURST_FLITS * NS_PER_S);
+        }
+        self.tokens_at = now;
+    }
+
+    /// Data may flow once both ends know each other's epoch and the peer
+    /// has reported its buffer state.
+    fn data_ok(&self) -> bool {
+        self.admin_up && self.alive && self.peer_synced && self.tx.iter().all(|t| t.baseline)
+    }
+
+    fn flits_allowed(&self) -> usize {
+        match self.cfg.bandwidth_flits_per_s {
+            None => usize::MAX,
+            Some(_) => (self.tokens / NS_PER_S) as usize,
+        }
+    }
+
+    fn credits_urgent(&self, now: u64) -> bool {
+        let Some(since) = self.credit_dirty_since else {
+            return false;
+        };
+        if now.saturating_sub(since) >= self.cfg.credit_coalesce_ns {
+            return true;
+        }
+        let half = self.cfg.buffer_depth.div_ceil(2);
+        self.rx
+            .iter()
+            .any(|r| r.freed.wrapping_sub(r.advertised) >= half)
+    }
+
+    fn sync_due(&self, now: u64) -> bool {
+        self.next_sync_at.is_none_or(|t| now >= t)
+    }
+
+    /// Writes the next datagram into `out` (cleared first) and returns true,
+    /// or returns false when nothing is due. Call until it returns false.
+    ///
+    /// Received items are not applied here (only in `handle_datagram`,
+    /// `handle_timeout` and `poll_received`), so an owner that re-examines
+    /// credits after those calls never misses a change.
+    pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
+        self.advance(now);
+        out.clear();
+        if !self.admin_up {
+            return false;
+        }
+        self.refill(now);
+        let data_ok = self.data_ok() && !self.tx_queue.is_empty();
+        let allowed = if data_ok { self.flits_allowed() } else { 0 };
+        let sync = self.sync_due(now);
+        let owed = self.rx.iter().any(|r| r.freed != r.advertised);
+        if !owed {
+            self.credit_dirty_since = None;
+        }
+        let credits = owed && (allowed > 0 || self.credits_urgent(now));
+        if allowed == 0 && !sync && !credits {
+            return false;
+        }
+        let header = Header {
+            epoch: self.epoch,
+            peer_epoch: self.peer_epoch.unwrap_or(0),
+            seq: self.tx_seq,
+        };
+        let mut w = FrameWriter::new(out, header);
+        // Owed credits first (all VCs in a sync record), then flits, then
+        // the sync record last so its counters include this datagram's flits.
+        let mut credit_items = 0;
+        for (vc, r) in self.rx.iter_mut().enumerate() {
+            if sync || (credits && r.freed != r.advertised) {
+                let owed = r.freed.wrapping_sub(r.advertised);
+                if (owed as i16) > 0 {
+                    self.stats.tx_credits += owed as u64;
+                }
+                w.push_credit(vc as u8, r.freed);
+                r.advertised = r.freed;
+                credit_items += 1;
+            }
+        }
+        if credit_items > 0 || sync {
+            self.credit_dirty_since = None;
+        }
+        let reserve = if sync {
+            wire::sync_len(self.cfg.vcs) + KEEPALIVE_ITEM_LEN
+        } else {
+            0
+        };
+        let mut sent = 0usize;
+        while sent < allowed {
+            let Some(f) = self.tx_queue.front() else {
+                break;
+            };
+            if w.len() + w.flit_len(f) + reserve > self.cfg.mtu {
+                break;
+            }
+            let Some(f) = self.tx_queue.pop_front() else {
+                break;
+            };
+            w.push_flit(&f);
+            let vc = f.vc as usize;
+            self.tx[vc].transmitted = self.tx[vc].transmitted.wrapping_add(1);
+            self.stats.tx_flits[vc] += 1;
+            self.stats.tx_payload_bytes += f.payload.len() as u64;
+            sent += 1;
+        }
+        if self.cfg.bandwidth_flits_per_s.is_some() {
+            self.tokens -= sent as u128 * NS_PER_S;
+        }
+        if sync {
+            let mut s = SyncInfo {
+                vcs: self.cfg.vcs,
+                transmitted: [0; MAX_VCS],
+            };
+            for (d, t) in s.transmitted.iter_mut().zip(&self.tx) {
+                *d = t.transmitted;
+            }
+            w.push_sync(&s);
+            if sent == 0 {
+                w.push_keepalive();
+            }
+            self.next_sync_at = Some(now.saturating_add(self.cfg.keepalive_interval_ns));
+        }
+        let len = w.finish();
+        self.tx_seq = self.tx_seq.wrapping_add(1);
+        self.stats.tx_datagrams += 1;
+        self.stats.tx_bytes += len as u64;
+        true
+    }
+
+    /// Earliest time at which `handle_timeout` or `poll_transmit` has work.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut t: Option<u64> = None;
+        let mut at = |x: u64| t = Some(t.map_or(x, |t| t.min(x)));
+        if let Some((due, _)) = self.in_flight.front() {
+            at(*due);
+        }
+        if self.alive {
+            at(self.last_heard.saturating_add(self.cfg.dead_after_ns));
+        }
+        if let Some(since) = self.probe_since {
+            at(since.saturating_add(self.cfg.dead_after_ns));
+        }
+        if self.admin_up {
+            at(self.next_sync_at.unwrap_or(self.now));
+            if let Some(since) = self.credit_dirty_since {
+                at(since.saturating_add(self.cfg.credit_coalesce_ns));
+            }
+            if self.data_ok() && !self.tx_queue.is_empty() {
+                match self.cfg.bandwidth_flits_per_s {
+                    None => at(self.now),
+                    Some(rate) => {
+                        let dt = (self.now.saturating_sub(self.tokens_at)) as u128;
+                        let have =
+                            (self.tokens + dt * rate as u128).min(TOKEN_BURST_FLITS * NS_PER_S);
+                        if have >= NS_PER_S {
+                            at(self.now);
+                        } else {
+                            let wait = (NS_PER_S - have).div_ceil(rate as u128);
+                            at(self.now.saturating_add(wait as u64));
+                        }
+                    }
+                }
+            }
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flit::{FlitKind, Head};
+    use proptest::prelude::*;
+
+    fn cfg() -> LinkConfig {
+        LinkConfig {
+            vcs: 2,
+            buffer_depth: 4,
+            keepalive_interval_ns: 1_000_000,
+            dead_after_ns: 5_000_000,
+            credit_coalesce_ns: 0,
+            ..LinkConfig::default()
+        }
+    }
+
+    fn flit(vc: u8, seq: u32) -> Flit {
+        Flit {
+            kind: FlitKind::HeadTail,
+            vc,
+            flags: 0,
+            msg: 1,
+            packet: seq,
+            seq,
+            head: Some(Head {
+                dst: 1,
+                msg_flits: 1,
+                ..Head::default()
+            }),
+            payload: Bytes::from_static(&[7; 16]),
+        }
+    }
+
+    /// Moves every due datagram both ways until both ends are quiet,
+    /// passing each through `filter` (which may drop or alter it).
+    fn exchange(
+        now: u64,
+        a: &mut Link,
+        b: &mut Link,
+        filter: &mut dyn FnMut(bool, &mut Vec<u8>) -> bool,
+    ) -> usize {
+        let mut buf = Vec::new();
+        let mut moved = 0;
+        for _ in 0..1000 {
+            let mut any = false;
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+            while a.poll_transmit(now, &mut buf) {
+                any = true;
+                moved += 1;
+                if filter(true, &mut buf) {
+                    let _ = b.handle_datagram_slice(now, &buf);
+                }
+            }
+            while b.poll_transmit(now, &mut buf) {
+                any = true;
+                moved += 1;
+                if filter(false, &mut buf) {
+                    let _ = a.handle_datagram_slice(now, &buf);
+                }
+            }
+            if !any {
+                return moved;
+            }
+        }
+        panic!("links never went quiet at {now}");
+    }
+
+    fn pass(_: bool, _: &mut Vec<u8>) -> bool {
+        true
+    }
+
+    fn connected(c: LinkConfig) -> (Link, Link) {
+        let mut a = Link::with_epoch(c.clone(), 10).unwrap();
+        let mut b = Link::with_epoch(c, 20).unwrap();
+        exchange(0, &mut a, &mut b, &mut pass);
+        assert!(a.is_peer_alive() && b.is_peer_alive());
+        assert_eq!(a.poll_event(), Some(LinkEvent::PeerUp));
+        assert_eq!(b.poll_event(), Some(LinkEvent::PeerUp));
+        (a, b)
+    }
+
+    fn drain(l: &mut Link) -> Vec<Flit> {
+        std::iter::from_fn(|| l.poll_received()).collect()
+    }
+
+    #[test]
+    fn config_validation_names_the_field() {
+        let bad = LinkConfig { vcs: 16, ..cfg() };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::Invalid {
+                field: "link.vcs",
+                ..
+            })
+        ));
+        let bad = LinkConfig { mtu: 40, ..cfg() };
+        assert!(Link::new(bad).is_err());
+        let bad = LinkConfig {
+            dead_after_ns: 1,
+            ..cfg()
+        };
+        assert!(bad.validate().is_err());
+        assert!(LinkConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn handshake_then_flits_flow_and_credits_return() {
+        let (mut a, mut b) = connected(cfg());
+        for i in 0..4 {
+            a.send(flit(1, i)).unwrap();
+        }
+        assert_eq!(a.credits(1), 0);
+        assert_eq!(a.credits(0), 4);
+        assert_eq!(a.send(flit(1, 9)), Err(LinkError::NoCredit { vc: 1 }));
+        exchange(1000, &mut a, &mut b, &mut pass);
+        let got = drain(&mut b);
+        assert_eq!(
+            got.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+        assert_eq!(a.credits(1), 0, "no credit before the receiver frees");
+        b.release(1, 4).unwrap();
+        assert!(matches!(
+            b.release(1, 1),
+            Err(LinkError::ReleaseTooMany { .. })
+        ));
+        exchange(2000, &mut a, &mut b, &mut pass);
+        assert_eq!(a.credits(1), 4);
+        assert_eq!(a.stats().rx_credits, 4);
+        assert_eq!(b.stats().tx_credits, 4);
+        assert_eq!(a.send(flit(2, 0)), Err(LinkError::BadVc { vc: 2, vcs: 2 }));
+    }
+
+    #[test]
+    fn flits_are_bundled_up_to_the_mtu() {
+        let c = LinkConfig {
+            vcs: 1,
+            buffer_depth: 200,
+            mtu: 400,
+            ..cfg()
+        };
+        let (mut a, mut b) = connected(c);
+        for i in 0..100 {
+            a.send(flit(0, i)).unwrap();
+        }
+        let mut buf = Vec::new();
+        let mut datagrams = 0;
+        while a.poll_transmit(10, &mut buf) {
+            assert!(buf.len() <= 400);
+            datagrams += 1;
+            b.handle_datagram_slice(10, &buf).unwrap();
+        }
+        assert_eq!(drain(&mut b).len(), 100);
+        assert!(datagrams < 20, "{datagrams} datagrams for 100 flits");
+    }
+
+    #[test]
+    fn credit_stall_time_is_measured() {
+        let (mut a, mut b) = connected(cfg());
+        for i in 0..4 {
+            a.send(flit(0, i)).unwrap();
+        }
+        exchange(100, &mut a, &mut b, &mut pass);
+        assert!(a.send(flit(0, 5)).is_err());
+        drain(&mut b);
+        exchange(1_100, &mut a, &mut b, &mut pass); // no release yet
+        b.release(0, 1).unwrap();
+        exchange(5_100, &mut a, &mut b, &mut pass);
+        assert_eq!(a.stats().credit_stall_ns[0], 5_000);
+    }
+
+    #[test]
+    fn bandwidth_is_respected_over_a_simulated_second() {
+        let rate = 20_000u64;
+        let c = LinkConfig {
+            vcs: 1,
+            buffer_depth: 64,
+            bandwidth_flits_per_s: Some(rate),
+            ..cfg()
+        };
+        let (mut a, mut b) = connected(c);
+        let mut now = 0;
+        let mut seq = 0;
+        let mut delivered = 0u64;
+        while now < 1_000_000_000 {
+            while a.can_send(0) {
+                a.send(flit(0, seq)).unwrap();
+                seq += 1;
+            }
+            exchange(now, &mut a, &mut b, &mut pass);
+            let got = drain(&mut b).len() as u16;
+            delivered += got as u64;
+            b.release(0, got).unwrap();
+            exchange(now, &mut a, &mut b, &mut pass);
+            let next = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
+            now = next.max(now + 1);
+        }
+        let err = (delivered as f64 - rate as f64).abs() / rate as f64;
+        assert!(err < 0.01, "delivered {delivered} flits in 1 s at {rate}/s");
+    }
+
+    #[test]
+    fn propagation_delay_is_respected() {
+        let c = LinkConfig {
+            propagation_ns: 5_000,
+            ..cfg()
+        };
+        let mut a = Link::with_epoch(c.clone(), 1).unwrap();
+        let mut b = Link::with_epoch(c, 2).unwrap();
+        let mut t = 0;
+        while !(a.is_peer_alive() && b.is_peer_alive() && a.data_ok()) {
+            exchange(t, &mut a, &mut b, &mut pass);
+            t += 1_000;
+        }
+        a.send(flit(0, 0)).unwrap();
+        exchange(t, &mut a, &mut b, &mut pass);
+        b.handle_timeout(t + 4_999);
+        assert!(b.poll_received().is_none());
+        assert_eq!(b.poll_timeout().map(|d| d <= t + 5_000), Some(true));
+        b.handle_timeout(t + 5_000);
+        assert_eq!(b.poll_received().map(|f| f.seq), Some(0));
+    }
+
+    #[test]
+    fn loss_reorder_and_corruption_are_detected_and_counted() {
+        let (mut a, mut b) = connected(cfg());
+        let mut bufs = Vec::new();
+        let mut buf = Vec::new();
+        for i in 0..3 {
+            a.send(flit(0, i)).unwrap();
+            assert!(a.poll_transmit(10, &mut buf));
+            bufs.push(buf.clone());
+        }
+        // Datagram 0 lost, 2 before 1.
+        b.handle_datagram_slice(10, &bufs[2]).unwrap();
+        b.handle_datagram_slice(10, &bufs[1]).unwrap();
+        assert_eq!(b.stats().seq_gaps, 2);
+        assert_eq!(b.stats().reordered, 1);
+        let mut bad = bufs[0].clone();
+        bad[20] ^= 0x10;
+        assert!(matches!(
+            b.handle_datagram_slice(10, &bad),
+            Err(WireError::BadCrc { .. })
+        ));
+        assert_eq!(b.stats().crc_errors, 1);
+        assert!(b.handle_datagram_slice(10, b"garbage").is_err());
+        assert_eq!(b.stats().bad_datagrams, 1);
+        assert_eq!(drain(&mut b).len(), 2);
+        b.release(0, 2).unwrap();
+        // The next sync writes the lost flit off and its credit comes back.
+        exchange(2_000_000, &mut a, &mut b, &mut pass);
+        assert_eq!(b.stats().rx_lost_flits, 1);
+        assert_eq!(a.credits(0), 4);
+        // The lost datagram showing up now is stale and dropped.
+        b.handle_datagram_slice(2_000_000, &bufs[0]).unwrap();
+        assert_eq!(b.stats().stale_dropped, 1);
+        assert!(b.poll_received().is_none());
+    }
+
+    #[test]
+    fn peer_death_is_detected_and_credits_resync_after_restore() {
+        let (mut a, mut b) = connected(cfg());
+        let mut cut = true;
+        for i in 0..4 {
+            a.send(flit(0, i)).unwrap();
+        }
+        // Everything a sends is lost; b hears nothing.
+        let mut t = 0;
+        while t <= 6_000_000 {
+            exchange(t, &mut a, &mut b, &mut |ab, _| !(ab && cut));
+            t += 500_000;
+        }
+        assert!(!b.is_peer_alive());
+        assert_eq!(b.poll_event(), Some(LinkEvent::PeerDown));
+        assert!(a.is_peer_alive(), "b still talks to a");
+        assert_eq!(a.credits(0), 0);
+        cut = false;
+        t += 1_000_000; // a's next keepalive
+        exchange(t, &mut a, &mut b, &mut |ab, _| !(ab && cut));
+        assert_eq!(b.poll_event(), Some(LinkEvent::PeerUp));
+        assert_eq!(b.stats().rx_lost_flits, 4);
+        assert_eq!(a.credits(0), 4, "credits resynchronised");
+        a.send(flit(0, 9)).unwrap();
+        exchange(t + 10, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut b).len(), 1);
+    }
+
+    #[test]
+    fn restarted_peer_resets_credit_state() {
+        let (mut a, mut b) = connected(cfg());
+        a.send(flit(0, 0)).unwrap();
+        b.send(flit(0, 0)).unwrap();
+        exchange(10, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut a).len(), 1); // a holds one of b's flits
+        drop(b);
+        let mut b = Link::with_epoch(cfg(), 21).unwrap();
+        exchange(20, &mut a, &mut b, &mut pass);
+        assert!(matches!(
+            a.poll_event(),
+            Some(LinkEvent::PeerRestarted {
+                old_epoch: 20,
+                new_epoch: 21
+            })
+        ));
+        assert_eq!(a.credits(0), 4, "fresh peer: empty buffer");
+        assert_eq!(b.credits(0), 3, "a still holds one slot");
+        a.release(0, 1).unwrap();
+        exchange(30, &mut a, &mut b, &mut pass);
+        assert_eq!(b.credits(0), 4);
+    }
+
+    #[test]
+    fn admin_down_stops_sending_and_drops_incoming() {
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        assert_eq!(a.send(flit(0, 0)), Err(LinkError::AdminDown));
+        b.send(flit(0, 0)).unwrap();
+        let mut t = 0;
+        while t <= 6_000_000 {
+            exchange(t, &mut a, &mut b, &mut pass);
+            t += 500_000;
+        }
+        assert!(a.poll_received().is_none());
+        assert!(a.stats().rx_dropped_down > 0);
+        assert!(!b.is_peer_alive() && !a.is_peer_alive());
+        a.set_admin_up(true);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(b.is_peer_alive() && a.is_peer_alive());
+        assert_eq!(b.credits(0), 4, "the flit lost while down was written off");
+    }
+
+    #[test]
+    fn admin_up_toward_a_dead_peer_reports_it_down_again() {
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        let mut t = 0;
+        while t <= 6_000_000 {
+            exchange(t, &mut a, &mut b, &mut pass);
+            t += 500_000;
+        }
+        assert_eq!(a.poll_event(), Some(LinkEvent::PeerDown));
+        drop(b); // the peer dies while a is down
+        a.handle_timeout(t);
+        a.set_admin_up(true);
+        a.handle_timeout(t + 4_999_999);
+        assert_eq!(a.poll_event(), None);
+        assert!(a.poll_timeout().unwrap() <= t + 5_000_000);
+        a.handle_timeout(t + 5_000_000);
+        assert_eq!(a.poll_event(), Some(LinkEvent::PeerDown));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Send(u8),
+        Release(u8),
+        Transmit { drop_ab: bool, drop_ba: bool },
+        Tick(u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..2).prop_map(Op::Send),
+            3 => (0u8..2).prop_map(Op::Release),
+            3 => (proptest::bool::weighted(0.2), proptest::bool::weighted(0.2))
+                .prop_map(|(drop_ab, drop_ba)| Op::Transmit { drop_ab, drop_ba }),
+            1 => (1u32..3_000_000).prop_map(Op::Tick),
+        ]
+    }
+
+    proptest! {
+        /// Under random sends, releases, losses and time, the sender never
+        /// holds more credits than the depth, never over-commits the
+        /// receiver, and after a clean exchange all credits come home.
+        #[test]
+        fn credits_never_exceed_depth_and_never_overcommit(ops in proptest::collection::vec(op(), 1..200)) {
+            let (mut a, mut b) = connected(cfg());
+            let mut now = 0u64;
+            let mut held = [0u16; 2];
+            let mut buf = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Send(vc) => {
+                        let had = a.credits(vc);
+                        let r = a.send(flit(vc, 0));
+                        prop_assert_eq!(r.is_ok(), had > 0);
+                    }
+                    Op::Release(vc) => {
+                        while let Some(f) = b.poll_received() { held[f.vc as usize] += 1; }
+                        if held[vc as usize] > 0 {
+                            b.release(vc, held[vc as usize]).unwrap();
+                            held[vc as usize] = 0;
+                        }
+                    }
+                    Op::Transmit { drop_ab, drop_ba } => {
+                        while a.poll_transmit(now, &mut buf) { if !drop_ab { let _ = b.handle_datagram_slice(now, &buf); } }
+                        while b.poll_transmit(now, &mut buf) { if !drop_ba { let _ = a.handle_datagram_slice(now, &buf); } }
+                    }
+                    Op::Tick(dt) => { now += dt as u64; a.handle_timeout(now); b.handle_timeout(now); }
+                }
+                for vc in 0..2 {
+                    prop_assert!(a.credits(vc) <= 4);
+                    let r = b.rx[vc as usize];
+                    prop_assert!(r.received.wrapping_sub(r.freed) <= 4);
+                }
+                prop_assert_eq!(b.stats().rx_overflow, 0);
+            }
+            // Heal: release everything and exchange cleanly past a sync.
+            for _ in 0..3 {
+                now += 2_000_000;
+                exchange(now, &mut a, &mut b, &mut pass);
+                while let Some(f) = b.poll_received() { held[f.vc as usize] += 1; }
+                for vc in 0..2u8 {
+                    if held[vc as usize] > 0 { b.release(vc, held[vc as usize]).unwrap(); held[vc as usize] = 0; }
+                }
+            }
+            now += 2_000_000;
+            exchange(now, &mut a, &mut b, &mut pass);
+            prop_assert_eq!(a.credits(0), 4);
+            prop_assert_eq!(a.credits(1), 4);
+        }
+    }
+}

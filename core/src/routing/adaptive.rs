@@ -1,0 +1,179 @@
+//! Minimal adaptive routing with an escape channel (Duato's protocol; seed
+//! 003 §4.2 R7/R8, seed 004 §3.1): the candidates for a destination are all
+//! minimal directions (every unaligned dimension, both ways on a torus tie;
+//! every differing bit on a hypercube), and the escape port is the DOR /
+//! e-cube port.
+//!
+//! VC layout (the data plane's contract): the escape VCs come first — VC 0
+//! on meshes and hypercubes, VCs 0–1 with Dally–Seitz datelines on tori —
+//! and the adaptive VC is the next one. Deadlock freedom rests on the escape
+//! function alone being connected and acyclic, which is what the checker
+//! verifies for adaptive tables. Like DOR, the tables ignore faults.
+
+use super::dor::{dor_port, Grid};
+use super::ecube::{cube_dimension, cube_port, ecube_port};
+use super::tables::{AdaptiveEntry, AdaptiveTable, RoutingTables, SwitchTable};
+use super::{RoutingEngine, RoutingError};
+use crate::topology::generators::DIRECT_HOST_PORT;
+use crate::topology::{Family, FaultSet, HostId, PortNo, SwitchId, Topology};
+
+const NAME: &str = "adaptive-escape";
+
+/// The entry at the destination's own router: deliver.
+fn eject() -> AdaptiveEntry {
+    AdaptiveEntry {
+        candidates: vec![DIRECT_HOST_PORT],
+        escape: Some(DIRECT_HOST_PORT),
+    }
+}
+
+/// Mesh/torus entry at router `sw` for host `dest`.
+pub fn grid_entry(grid: &Grid, sw: SwitchId, dest: HostId) -> AdaptiveEntry {
+    if sw == dest {
+        return eject();
+    }
+    let candidates = (0..grid.dims.len())
+        .flat_map(|d| grid.minimal_moves(sw, dest, d))
+        .map(|m| m.port())
+        .collect();
+    AdaptiveEntry {
+        candidates,
+        escape: Some(dor_port(grid, sw, dest)),
+    }
+}
+
+/// Hypercube entry at router `sw` for host `dest`.
+pub fn cube_entry(d: u32, sw: SwitchId, dest: HostId) -> AdaptiveEntry {
+    if sw == dest {
+        return eject();
+    }
+    let diff = sw ^ dest;
+    AdaptiveEntry {
+        candidates: (0..d)
+            .filter(|b| diff >> b & 1 == 1)
+            .map(cube_port)
+            .collect::<Vec<PortNo>>(),
+        escape: Some(ecube_port(sw, dest)),
+    }
+}
+
+/// Minimal adaptive routing with a DOR / e-cube escape.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AdaptiveEscape;
+
+impl RoutingEngine for AdaptiveEscape {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn claims_deadlock_free(&self) -> bool {
+        true
+    }
+    fn route(&self, topo: &Topology, _faults: &FaultSet) -> Result<RoutingTables, RoutingError> {
+        let table = |entries: Vec<AdaptiveEntry>| SwitchTable::Adaptive(AdaptiveTable { entries });
+        match topo.family {
+            Family::Hypercube { .. } => {
+                let d = cube_dimension(topo, NAME)?;
+                let n = 1u32 << d;
+                Ok(RoutingTables {
+                    engine: NAME.to_string(),
+                    switches: (0..n)
+                        .map(|sw| table((0..n).map(|t| cube_entry(d, sw, t)).collect()))
+                        .collect(),
+                    vcs: 2,
+                    vc_policy: Vec::new(),
+                })
+            }
+            _ => {
+                let grid = Grid::of(topo, NAME)?;
+                let n = grid.size();
+                Ok(RoutingTables {
+                    engine: NAME.to_string(),
+                    switches: (0..n)
+                        .map(|sw| table((0..n).map(|t| grid_entry(&grid, sw, t)).collect()))
+                        .collect(),
+                    vcs: if grid.wrap { 3 } else { 2 },
+                    vc_policy: if grid.wrap {
+                        (0..n).map(|sw| grid.dateline_policy(sw)).collect()
+                    } else {
+                        Vec::new()
+                    },
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::checker::{check, CheckOptions};
+    use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus};
+
+    fn assert_ok(topo: &Topology) -> RoutingTables {
+        let faults = FaultSet::none();
+        let rt = AdaptiveEscape.route(topo, &faults).unwrap();
+        let report = check(topo, &faults, &rt, &CheckOptions::default());
+        assert!(report.is_ok(), "{}: {:?}", topo.name, report.failures);
+        assert!(report.cdg_checked);
+        let n = topo.num_hosts() as u64;
+        assert_eq!(report.delivered, n * (n - 1));
+        rt
+    }
+
+    #[test]
+    fn meshes_tori_and_cubes_pass_the_checker() {
+        for (dims, wrap) in [(vec![3, 3], false), (vec![8, 8], false)] {
+            let rt = assert_ok(&mesh_or_torus(&dims, wrap).unwrap());
+            assert_eq!(rt.vcs, 2);
+        }
+        for dims in [vec![3, 3, 3], vec![4, 4]] {
+            let rt = assert_ok(&mesh_or_torus(&dims, true).unwrap());
+            assert_eq!(rt.vcs, 3);
+        }
+        for d in [4, 6] {
+            assert_ok(&hypercube(d).unwrap());
+        }
+    }
+
+    #[test]
+    fn candidates_are_exactly_the_minimal_directions() {
+        let topo = mesh_or_torus(&[4, 4], true).unwrap();
+        let grid = Grid::of(&topo, "t").unwrap();
+        for sw in 0..16 {
+            for t in 0..16 {
+                let e = grid_entry(&grid, sw, t);
+                let escape = e.escape.unwrap();
+                assert!(e.candidates.contains(&escape), "{sw}->{t}");
+                // Every candidate lowers the distance by one.
+                for &p in &e.candidates {
+                    if p == DIRECT_HOST_PORT {
+                        assert_eq!(sw, t);
+                        continue;
+                    }
+                    let next = topo
+                        .peer(crate::topology::PortRef::switch(sw, p))
+                        .unwrap()
+                        .node;
+                    let crate::topology::NodeRef::Switch(next) = next else {
+                        panic!("router port to a host");
+                    };
+                    assert_eq!(grid.distance(next, t) + 1, grid.distance(sw, t));
+                }
+            }
+        }
+        // (0,0) → (2,0): a tie, both x directions; → (2,2): four candidates.
+        assert_eq!(grid_entry(&grid, 0, 2).candidates.len(), 2);
+        assert_eq!(grid_entry(&grid, 0, 10).candidates.len(), 4);
+        assert_eq!(cube_entry(6, 0, 0b101101).candidates, vec![1, 3, 4, 6]);
+        assert_eq!(cube_entry(6, 0, 0b101101).escape, Some(1));
+    }
+
+    #[test]
+    fn refuses_fat_trees() {
+        let tree = kary_ntree(2, 3).unwrap();
+        assert!(matches!(
+            AdaptiveEscape.route(&tree, &FaultSet::none()),
+            Err(RoutingError::NotApplicable { .. })
+        ));
+    }
+}

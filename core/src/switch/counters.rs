@@ -1,0 +1,133 @@
+//! What a switch counts: per port and VC traffic, stalls and occupancy, and
+//! drops by reason.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a switch discarded flits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropReason {
+    /// No table installed, or the table has no entry for the destination.
+    NoRoute,
+    /// The table named a port this switch does not have.
+    BadRoute,
+    /// The flit arrived on, or the VC policy chose, a VC that does not exist.
+    BadVc,
+    /// The output port is administratively down or its peer is dead.
+    PortDown,
+    /// The datagram failed to decode (counted in datagrams, not flits).
+    BadDatagram,
+    /// A body or tail flit with no head before it (its head was lost).
+    Orphan,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 6] = [
+        DropReason::NoRoute,
+        DropReason::BadRoute,
+        DropReason::BadVc,
+        DropReason::PortDown,
+        DropReason::BadDatagram,
+        DropReason::Orphan,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoRoute => "no-route",
+            DropReason::BadRoute => "bad-route",
+            DropReason::BadVc => "bad-vc",
+            DropReason::PortDown => "port-down",
+            DropReason::BadDatagram => "bad-datagram",
+            DropReason::Orphan => "orphan",
+        }
+    }
+}
+
+/// Drops by reason (flits, except `bad_datagram`: datagrams).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCounters {
+    pub no_route: u64,
+    pub bad_route: u64,
+    pub bad_vc: u64,
+    pub port_down: u64,
+    pub bad_datagram: u64,
+    pub orphan: u64,
+}
+
+impl DropCounters {
+    pub fn get(&self, r: DropReason) -> u64 {
+        match r {
+            DropReason::NoRoute => self.no_route,
+            DropReason::BadRoute => self.bad_route,
+            DropReason::BadVc => self.bad_vc,
+            DropReason::PortDown => self.port_down,
+            DropReason::BadDatagram => self.bad_datagram,
+            DropReason::Orphan => self.orphan,
+        }
+    }
+
+    pub fn add(&mut self, r: DropReason, n: u64) {
+        let c = match r {
+            DropReason::NoRoute => &mut self.no_route,
+            DropReason::BadRoute => &mut self.bad_route,
+            DropReason::BadVc => &mut self.bad_vc,
+            DropReason::PortDown => &mut self.port_down,
+            DropReason::BadDatagram => &mut self.bad_datagram,
+            DropReason::Orphan => &mut self.orphan,
+        };
+        *c += n;
+    }
+
+    pub fn total(&self) -> u64 {
+        DropReason::ALL.iter().map(|&r| self.get(r)).sum()
+    }
+}
+
+/// One VC of one port. `rx` is the input side, `tx` the output side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VcCounters {
+    pub rx_flits: u64,
+    pub tx_flits: u64,
+    pub rx_payload_bytes: u64,
+    pub tx_payload_bytes: u64,
+    /// Time a packet waited here with zero credits on this output VC.
+    pub credit_stall_ns: u64,
+    /// Flits in the input buffer now, and the most ever.
+    pub occupancy: u32,
+    pub max_occupancy: u32,
+}
+
+/// One port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounters {
+    pub vcs: Vec<VcCounters>,
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub crc_errors: u64,
+    pub bad_datagrams: u64,
+    /// Datagrams missing from the peer's sequence.
+    pub seq_gaps: u64,
+    /// Flits the peer sent that never arrived (link-level sync).
+    pub lost_flits: u64,
+    /// Drops of flits that arrived on this port.
+    pub drops: DropCounters,
+}
+
+/// Everything a switch counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchCounters {
+    pub ports: Vec<PortCounters>,
+    /// Sum of the ports' drops.
+    pub drops: DropCounters,
+    /// Packets cut short because a new head arrived before their tail
+    /// (the tail was lost upstream) or their input port died mid-packet.
+    pub truncated_packets: u64,
+    /// Events discarded because the event queue was full.
+    pub events_lost: u64,
+    /// Packets that dynamic local rerouting sent somewhere else than the
+    /// fault-free route (detour, misroute, bounce, U-turn; seed 002 §3).
+    #[serde(default)]
+    pub reroutes: u64,
+}

@@ -1,0 +1,95 @@
+//! Input buffers: one FIFO per (input port, VC), bounded by the link's
+//! buffer depth (the credits the upstream sender was given), and the state
+//! of the packet at its front (BookSim2's `Buffer` + `VC` state).
+
+use super::counters::DropReason;
+use crate::flit::Flit;
+use crate::topology::PortNo;
+use std::collections::VecDeque;
+
+/// Where the packet at the front of an input VC stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InState {
+    /// The front flit, if any, must be a head waiting for a route and an
+    /// output VC.
+    Idle,
+    /// The packet holds output VC `out_vc` of port `out` until its tail
+    /// passes; `started` once its head has left.
+    Active {
+        out: PortNo,
+        out_vc: u8,
+        started: bool,
+    },
+    /// The packet is being discarded up to and including its tail.
+    Dropping { reason: DropReason },
+}
+
+/// SBRP's per-VC head copy and flit counter (spec 003 §5.4/§5.5, the
+/// hardware SBRP-0/1 add to a router): who the packet holding the output VC
+/// belongs to and how many of its flits this switch has forwarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tracked {
+    pub src: crate::topology::HostId,
+    pub dst: crate::topology::HostId,
+    pub msg: u64,
+    pub packet: u32,
+    /// SSNF of the sub-message.
+    pub submsg: u16,
+    /// Flit number of its head (the sub-message's first flit, its FSN).
+    pub first_seq: u32,
+    /// Flits forwarded so far (`k_C`, counted from `first_seq`).
+    pub forwarded: u32,
+    /// The packet is itself an RRQ (never recovered, spec 003 §8 item 18).
+    pub is_rrq: bool,
+}
+
+/// One input VC.
+#[derive(Debug)]
+pub struct InputVc {
+    pub buf: VecDeque<Flit>,
+    pub state: InState,
+    depth: usize,
+    /// The packet being forwarded (SBRP).
+    pub track: Option<Tracked>,
+    /// The *front* flit of `buf` was made by this switch (an NFT, or an RRQ
+    /// on the local input; both are pushed into an empty buffer only): it
+    /// took no credit from the link, so the link may still fill `depth`
+    /// slots behind it (a peer declared dead that speaks again).
+    pub synthetic_tail: bool,
+}
+
+impl InputVc {
+    pub fn new(depth: u16) -> Self {
+        InputVc {
+            buf: VecDeque::with_capacity(depth as usize),
+            state: InState::Idle,
+            depth: depth as usize,
+            track: None,
+            synthetic_tail: false,
+        }
+    }
+
+    /// Stores a flit the link delivered. The link never delivers more than
+    /// `depth` unreleased flits, so this cannot overflow.
+    pub fn push(&mut self, f: Flit) {
+        self.buf.push_back(f);
+        debug_assert!(
+            self.buf.len() <= self.depth + usize::from(self.synthetic_tail),
+            "input VC holds {} flits, depth {}",
+            self.buf.len(),
+            self.depth
+        );
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+}

@@ -1,0 +1,917 @@
+//! The switch core: an input-buffered, credit-flow-controlled VC router,
+//! sans-IO. Organised as in BookSim2: [`input`] buffers, [`routing`],
+//! [`vc_alloc`], [`sw_alloc`] (switch allocator) and [`output`] VC state; this
+//! module glues them to one [`Link`] per port.
+//!
+//! Per allocation round every input VC is examined: a head at the front is
+//! routed and, once it holds an output VC, each flit requests its output
+//! port; the switch allocator grants one flit per output and per input
+//! port; granted flits move into the output link (consuming a credit) and
+//! their input slot is released (a credit owed upstream). Rounds repeat
+//! until nothing moves.
+
+pub mod counters;
+pub mod input;
+pub mod output;
+pub mod reroute;
+pub mod routing;
+pub mod sw_alloc;
+pub mod vc_alloc;
+
+pub use counters::{DropCounters, DropReason, PortCounters, SwitchCounters, VcCounters};
+
+use crate::flit::{flags, route_flags, Flit, FlitKind};
+use crate::host::sbrp::{self, RecoveryProtocol};
+use crate::link::{ConfigError, Link, LinkConfig, LinkEvent};
+use crate::routing::{SwitchTable, VcPolicy};
+use crate::topology::PortNo;
+use crate::wire::WireError;
+use bytes::Bytes;
+use input::{InState, InputVc, Tracked};
+use output::OutputVcs;
+use routing::Route;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use sw_alloc::SwitchAllocator;
+
+/// How far a packet must be admitted downstream before its head moves on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Switching {
+    /// A head moves as soon as it holds an output VC; flits follow as
+    /// credits allow, so a blocked packet spans several switches.
+    #[default]
+    Wormhole,
+    /// A head moves only when the downstream VC has credits for the whole
+    /// packet, so a blocked packet sits entirely in one buffer.
+    VirtualCutThrough,
+}
+
+/// Static parameters of a switch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchConfig {
+    pub radix: usize,
+    pub vcs: u8,
+    /// Flits per input VC (overrides `link.buffer_depth`).
+    pub buffer_depth: u16,
+    pub switching: Switching,
+    /// Per-port link parameters (`vcs` and `buffer_depth` are taken from
+    /// the fields above).
+    pub link: LinkConfig,
+    /// Longest packet, in flits; VCT admission needs this much buffer.
+    pub max_packet_flits: u16,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig {
+            radix: 4,
+            vcs: 1,
+            buffer_depth: 8,
+            switching: Switching::Wormhole,
+            link: LinkConfig::default(),
+            max_packet_flits: 8,
+        }
+    }
+}
+
+impl SwitchConfig {
+    /// The link configuration every port uses.
+    pub fn port_link(&self) -> LinkConfig {
+        LinkConfig {
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            ..self.link.clone()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, value: u64, reason| ConfigError::Invalid {
+            field,
+            value: value.to_string(),
+            reason,
+        };
+        if self.radix == 0 || self.radix > PortNo::MAX as usize {
+            return Err(invalid(
+                "switch.radix",
+                self.radix as u64,
+                "must be 1..=65535",
+            ));
+        }
+        if self.max_packet_flits == 0 {
+            return Err(invalid("switch.max_packet_flits", 0, "must be positive"));
+        }
+        if self.switching == Switching::VirtualCutThrough
+            && self.max_packet_flits > self.buffer_depth
+        {
+            return Err(invalid(
+                "switch.max_packet_flits",
+                self.max_packet_flits as u64,
+                "virtual cut-through needs buffer_depth >= max_packet_flits",
+            ));
+        }
+        self.port_link().validate()
+    }
+}
+
+/// Errors of the switch API.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SwitchError {
+    #[error("port {port} does not exist (radix {radix})")]
+    UnknownPort { port: PortNo, radix: usize },
+    #[error("bad datagram on port {port}: {source}")]
+    BadDatagram {
+        port: PortNo,
+        #[source]
+        source: WireError,
+    },
+}
+
+/// What the owner should know about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchEvent {
+    /// The peer on `port` spoke after silence (or for the first time), or
+    /// the port was set administratively up.
+    PortUp { port: PortNo },
+    /// The peer on `port` went silent, or the port was set down (`admin`).
+    PortDown { port: PortNo, admin: bool },
+    /// The peer on `port` restarted (new epoch); link credits were reset.
+    PeerRestarted { port: PortNo },
+    /// Flits that arrived on `port`/`vc` were dropped: one event per packet
+    /// (or datagram, for `BadDatagram`).
+    Dropped {
+        port: PortNo,
+        vc: u8,
+        reason: DropReason,
+        msg: u64,
+    },
+}
+
+/// Events kept before the oldest are discarded (and counted).
+const MAX_EVENTS: usize = 4096;
+
+struct Port {
+    link: Link,
+    /// Admin down, or the peer declared dead: packets routed here are dropped.
+    failed: bool,
+    /// The link's `rx_bad_vc` already counted as drops.
+    bad_vc_seen: u64,
+}
+
+/// An allocation decision for the head at the front of an input VC.
+enum Decision {
+    /// Blocked; `on_credits` names the output VC whose credits it awaits.
+    Wait {
+        on_credits: Option<(usize, u8)>,
+    },
+    Drop(DropReason),
+    Grant {
+        out: usize,
+        out_vc: u8,
+    },
+}
+
+/// A switch: `radix` ports, each one end of a [`Link`].
+pub struct Switch {
+    cfg: SwitchConfig,
+    table: Option<SwitchTable>,
+    policy: VcPolicy,
+    ports: Vec<Port>,
+    inputs: Vec<InputVc>,
+    outputs: OutputVcs,
+    alloc: SwitchAllocator,
+    grants: Vec<(u16, u32)>,
+    /// Input VCs that requested in the last allocation round (scratch).
+    requesters: Vec<u32>,
+    next_requesters: Vec<u32>,
+    counters: SwitchCounters,
+    events: VecDeque<SwitchEvent>,
+    next_tx_port: usize,
+    now: u64,
+    /// Dynamic local rerouting (seed 002), when on: see [`reroute`].
+    reroute: Option<crate::recovery::dlr::DlrSwitch>,
+    /// SBRP (spec 003 §5): the protocol, and RRQs waiting for the local
+    /// input VC (input index `radix * vcs`, which has no link).
+    recovery: RecoveryProtocol,
+    rrq_pending: VecDeque<Flit>,
+    sbrp: SbrpSwitchCounters,
+}
+
+/// What this switch did for SBRP.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SbrpSwitchCounters {
+    /// Recover requests generated as node C (or for a head whose output died).
+    pub rrq_sent: u64,
+    /// Non-final tails generated as node A.
+    pub nft_generated: u64,
+    /// Packets whose output died mid-packet (their rest is absorbed).
+    pub cut_packets: u64,
+    /// RRQs not queued because the queue was full.
+    pub rrq_overflow: u64,
+}
+
+/// RRQs a switch queues at most (a burst of cuts after a node death).
+const MAX_PENDING_RRQS: usize = 4096;
+
+impl Switch {
+    pub fn new(cfg: SwitchConfig) -> Result<Self, ConfigError> {
+        Self::with_epoch(cfg, 1)
+    }
+
+    /// A switch whose links announce `epoch` (see [`Link::with_epoch`]).
+    pub fn with_epoch(cfg: SwitchConfig, epoch: u16) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let link_cfg = cfg.port_link();
+        let mut ports = Vec::with_capacity(cfg.radix);
+        for _ in 0..cfg.radix {
+            ports.push(Port {
+                link: Link::with_epoch(link_cfg.clone(), epoch)?,
+                failed: false,
+                bad_vc_seen: 0,
+            });
+        }
+        let vcs = cfg.vcs as usize;
+        let port_counters = PortCounters {
+            vcs: vec![VcCounters::default(); vcs],
+            ..PortCounters::default()
+        };
+        Ok(Switch {
+            table: None,
+            policy: VcPolicy::Keep,
+            ports,
+            // One extra set of VCs, the local input where the switch's own
+            // RRQs enter.
+            inputs: (0..(cfg.radix + 1) * vcs)
+                .map(|_| InputVc::new(cfg.buffer_depth))
+                .collect(),
+            outputs: OutputVcs::new(cfg.radix, cfg.vcs),
+            alloc: SwitchAllocator::new(cfg.radix + 1, cfg.vcs),
+            grants: Vec::new(),
+            requesters: Vec::new(),
+            next_requesters: Vec::new(),
+            counters: SwitchCounters {
+                ports: vec![port_counters; cfg.radix],
+                ..SwitchCounters::default()
+            },
+            events: VecDeque::new(),
+            next_tx_port: 0,
+            now: 0,
+            reroute: None,
+            recovery: RecoveryProtocol::None,
+            rrq_pending: VecDeque::new(),
+            sbrp: SbrpSwitchCounters::default(),
+            cfg,
+        })
+    }
+
+    /// Selects the recovery protocol (spec 003 §5). With one, a port that
+    /// dies mid-packet no longer leaves the packet open: as node C (output
+    /// died) the switch absorbs the rest and, for SBRP-0/1, sends the
+    /// source a recover request; as node A (input died) it closes the
+    /// packet downstream with a non-final tail. See `docs/sbrp.md`.
+    pub fn set_recovery(&mut self, protocol: RecoveryProtocol) {
+        self.recovery = protocol;
+    }
+
+    pub fn recovery(&self) -> RecoveryProtocol {
+        self.recovery
+    }
+
+    pub fn sbrp_counters(&self) -> &SbrpSwitchCounters {
+        &self.sbrp
+    }
+
+    /// Flits that may be lost between C's count and A (`max_ca`, spec 003
+    /// §8 item 6): B's input buffer plus what B may hold toward A (its
+    /// output queue is bounded by A's credits), one buffer depth each.
+    fn max_ca(&self) -> u32 {
+        2 * self.cfg.buffer_depth as u32
+    }
+
+    /// Queues a recover request for a packet this switch could not carry
+    /// past a dead output (as node C, spec 003 §5.11.2 `FRH_C`).
+    fn report_cut(&mut self, t: Tracked) {
+        if t.is_rrq {
+            return;
+        }
+        let from = match self.recovery {
+            RecoveryProtocol::None => return,
+            RecoveryProtocol::Sbrp0 => t.first_seq,
+            RecoveryProtocol::Sbrp1 => t.first_seq + t.forwarded.saturating_sub(self.max_ca()),
+            // SBRP-2 leaves the RRQ to the receiver, unless the head itself
+            // may have died in B (head loss, spec 003 §8 item 4: the hybrid
+            // the digest suggests): then nothing reaches the receiver.
+            RecoveryProtocol::Sbrp2 if t.forwarded <= self.max_ca() => t.first_seq,
+            RecoveryProtocol::Sbrp2 => return,
+        };
+        if self.rrq_pending.len() >= MAX_PENDING_RRQS {
+            self.sbrp.rrq_overflow += 1;
+            return;
+        }
+        self.sbrp.rrq_sent += 1;
+        self.rrq_pending.push_back(sbrp::rrq_flit(
+            t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now,
+        ));
+    }
+
+    /// Index of the first local input VC (no link behind it).
+    fn local_input(&self) -> usize {
+        self.cfg.radix * self.cfg.vcs as usize
+    }
+
+    /// Moves the next queued RRQ into the local input VC if it is free;
+    /// returns whether it did.
+    fn feed_local_input(&mut self) -> bool {
+        let l = self.local_input();
+        if self.inputs[l].is_empty() && self.inputs[l].state == InState::Idle {
+            if let Some(f) = self.rrq_pending.pop_front() {
+                self.inputs[l].buf.push_back(f);
+                self.inputs[l].synthetic_tail = true;
+                return true;
+            }
+        }
+        false
+    }
+
+    pub fn config(&self) -> &SwitchConfig {
+        &self.cfg
+    }
+
+    /// Replaces the forwarding table and VC policy. Packets already holding
+    /// an output VC finish on it; new heads use the new table.
+    pub fn install_table(&mut self, table: SwitchTable, policy: VcPolicy) {
+        self.table = Some(table);
+        self.policy = policy;
+    }
+
+    fn check_port(&self, port: PortNo) -> Result<usize, SwitchError> {
+        if (port as usize) < self.cfg.radix {
+            Ok(port as usize)
+        } else {
+            Err(SwitchError::UnknownPort {
+                port,
+                radix: self.cfg.radix,
+            })
+        }
+    }
+
+    /// The link of one port (read-only: credits, liveness, stats).
+    pub fn link(&self, port: PortNo) -> Result<&Link, SwitchError> {
+        let p = self.check_port(port)?;
+        Ok(&self.ports[p].link)
+    }
+
+    /// Controller switch for one port: down stops its link and drops every
+    /// packet routed to it.
+    pub fn set_port_admin(&mut self, port: PortNo, up: bool) -> Result<(), SwitchError> {
+        let p = self.check_port(port)?;
+        if self.ports[p].link.is_admin_up() == up {
+            return Ok(());
+        }
+        self.ports[p].link.set_admin_up(up);
+        if up {
+            self.ports[p].failed = false;
+            self.push_event(SwitchEvent::PortUp { port });
+        } else {
+            self.fail_port(p);
+            self.push_event(SwitchEvent::PortDown { port, admin: true });
+        }
+        self.pump();
+        Ok(())
+    }
+
+    pub fn counters(&self) -> &SwitchCounters {
+        &self.counters
+    }
+
+    pub fn poll_event(&mut self) -> Option<SwitchEvent> {
+        self.events.pop_front()
+    }
+
+    fn push_event(&mut self, e: SwitchEvent) {
+        if self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+            self.counters.events_lost += 1;
+        }
+        self.events.push_back(e);
+    }
+
+    /// Takes in one datagram received on `port`. A datagram that fails to
+    /// decode is counted and reported as an error; nothing else changes.
+    pub fn handle_datagram(
+        &mut self,
+        now: u64,
+        port: PortNo,
+        data: Bytes,
+    ) -> Result<(), SwitchError> {
+        let p = self.check_port(port)?;
+        self.now = self.now.max(now);
+        let r = self.ports[p].link.handle_datagram(now, data);
+        if let Err(source) = r {
+            self.count_drop(p, 0, DropReason::BadDatagram, 1, 0);
+            self.sync_port_counters(p);
+            return Err(SwitchError::BadDatagram { port, source });
+        }
+        self.service_port(p);
+        self.pump();
+        Ok(())
+    }
+
+    /// [`Switch::handle_datagram`] from a slice (one copy).
+    pub fn handle_datagram_slice(
+        &mut self,
+        now: u64,
+        port: PortNo,
+        data: &[u8],
+    ) -> Result<(), SwitchError> {
+        self.handle_datagram(now, port, Bytes::copy_from_slice(data))
+    }
+
+    /// Timer processing for every port (propagation, liveness), then
+    /// forwarding of whatever became possible.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.now = self.now.max(now);
+        for p in 0..self.ports.len() {
+            self.ports[p].link.handle_timeout(now);
+            self.service_port(p);
+        }
+        self.pump();
+    }
+
+    /// Writes the next datagram for some port into `out` and returns the
+    /// port, or `None` when no port has anything to send. Ports are served
+    /// round-robin; call until `None`.
+    pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
+        self.now = self.now.max(now);
+        let n = self.ports.len();
+        for k in 0..n {
+            let p = (self.next_tx_port + k) % n;
+            if self.ports[p].link.poll_transmit(now, out) {
+                self.next_tx_port = (p + 1) % n;
+                self.sync_port_counters(p);
+                return Some(p as PortNo);
+            }
+        }
+        None
+    }
+
+    /// Earliest time any port needs `handle_timeout` or `poll_transmit`.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.ports
+            .iter()
+            .filter_map(|p| p.link.poll_timeout())
+            .min()
+    }
+
+    /// Link events and newly visible flits of one port.
+    fn service_port(&mut self, p: usize) {
+        while let Some(e) = self.ports[p].link.poll_event() {
+            let port = p as PortNo;
+            match e {
+                LinkEvent::PeerUp => {
+                    self.ports[p].failed = false;
+                    self.push_event(SwitchEvent::PortUp { port });
+                }
+                LinkEvent::PeerDown => {
+                    self.fail_port(p);
+                    self.push_event(SwitchEvent::PortDown { port, admin: false });
+                }
+                LinkEvent::PeerRestarted { .. } => {
+                    self.push_event(SwitchEvent::PeerRestarted { port })
+                }
+            }
+        }
+        // The link drops flits on VCs it does not have when they arrive.
+        let bad_vc = self.ports[p].link.stats().rx_bad_vc;
+        if bad_vc > self.ports[p].bad_vc_seen {
+            let n = bad_vc - self.ports[p].bad_vc_seen;
+            self.ports[p].bad_vc_seen = bad_vc;
+            self.count_drop(p, 0, DropReason::BadVc, n, 0);
+        }
+        let vcs = self.cfg.vcs as usize;
+        while let Some(f) = self.ports[p].link.poll_received() {
+            let vc = f.vc as usize;
+            let c = &mut self.counters.ports[p].vcs[vc];
+            c.rx_flits += 1;
+            c.rx_payload_bytes += f.payload.len() as u64;
+            let ivc = &mut self.inputs[p * vcs + vc];
+            ivc.push(f);
+            c.occupancy = ivc.len() as u32;
+            c.max_occupancy = c.max_occupancy.max(c.occupancy);
+        }
+        self.sync_port_counters(p);
+    }
+
+    /// Copies one port's link statistics into the switch counters.
+    fn sync_port_counters(&mut self, p: usize) {
+        let s = self.ports[p].link.stats();
+        let c = &mut self.counters.ports[p];
+        c.rx_datagrams = s.rx_datagrams;
+        c.tx_datagrams = s.tx_datagrams;
+        c.rx_bytes = s.rx_bytes;
+        c.tx_bytes = s.tx_bytes;
+        c.crc_errors = s.crc_errors;
+        c.bad_datagrams = s.bad_datagrams;
+        c.seq_gaps = s.seq_gaps;
+        c.lost_flits = s.rx_lost_flits;
+        let link = &self.ports[p].link;
+        for (vc, v) in c.vcs.iter_mut().enumerate() {
+            v.credit_stall_ns = link.credit_stall_ns(vc as u8);
+        }
+    }
+
+    /// The port died or was set down: packets bound for it are dropped from
+    /// now on, and what its link still had queued is discarded.
+    fn fail_port(&mut self, p: usize) {
+        self.ports[p].failed = true;
+        let discarded = self.ports[p].link.discard_queued();
+        if discarded > 0 {
+            self.counters.drops.port_down += discarded as u64;
+        }
+        for i in 0..self.inputs.len() {
+            if let InState::Active {
+                out,
+                out_vc,
+                started,
+            } = self.inputs[i].state
+            {
+                if out as usize == p {
+                    self.outputs.release(p, out_vc);
+                    // Node C (spec 003 §5.11.2): absorb the orphans up to
+                    // the tail (credits keep flowing upstream) and report.
+                    self.inputs[i].state = InState::Dropping {
+                        reason: DropReason::PortDown,
+                    };
+                    if started && self.recovery.is_on() {
+                        self.sbrp.cut_packets += 1;
+                        if let Some(t) = self.inputs[i].track.take() {
+                            self.report_cut(t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn count_drop(&mut self, port: usize, vc: u8, reason: DropReason, n: u64, msg: u64) {
+        if let Some(c) = self.counters.ports.get_mut(port) {
+            c.drops.add(reason, n);
+        }
+        self.counters.drops.add(reason, n);
+        self.push_event(SwitchEvent::Dropped {
+            port: port as PortNo,
+            vc,
+            reason,
+            msg,
+        });
+    }
+
+    /// Removes the front flit of input VC `i` and frees its slot upstream.
+    fn pop_input(&mut self, i: usize) -> Option<Flit> {
+        let vcs = self.cfg.vcs as usize;
+        let (p, vc) = (i / vcs, i % vcs);
+        let f = self.inputs[i].buf.pop_front()?;
+        if self.inputs[i].synthetic_tail {
+            // Made here (always pushed into an empty buffer, so it is the
+            // front): no link slot to free.
+            self.inputs[i].synthetic_tail = false;
+            return Some(f);
+        }
+        if p >= self.ports.len() {
+            return Some(f);
+        }
+        // Cannot fail: the flit was delivered by this link and not yet released.
+        let released = self.ports[p].link.release(vc as u8, 1);
+        debug_assert!(released.is_ok(), "{released:?}");
+        self.counters.ports[p].vcs[vc].occupancy = self.inputs[i].len() as u32;
+        Some(f)
+    }
+
+    /// Route and VC allocation for a head of input VC `i`.
+    fn decide(&self, i: usize, f: &Flit) -> Decision {
+        let vcs = self.cfg.vcs as usize;
+        let (in_port, in_vc) = (i / vcs, (i % vcs) as u8);
+        let Some(head) = f.head.as_ref() else {
+            return Decision::Drop(DropReason::Orphan);
+        };
+        let Some(table) = self.table.as_ref() else {
+            return Decision::Drop(DropReason::NoRoute);
+        };
+        let Some(route) = routing::lookup(table, routing::target(head)) else {
+            return Decision::Drop(DropReason::NoRoute);
+        };
+        let need = match self.cfg.switching {
+            Switching::Wormhole => 1,
+            Switching::VirtualCutThrough => {
+                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
+            }
+        };
+        // Credits a port/VC offers, or why it cannot be used at all.
+        let assess = |port: PortNo| -> Result<(u8, u16), DropReason> {
+            let out = port as usize;
+            if out >= self.ports.len() {
+                return Err(DropReason::BadRoute);
+            }
+            if self.ports[out].failed || !self.ports[out].link.is_admin_up() {
+                return Err(DropReason::PortDown);
+            }
+            let out_vc = vc_alloc::output_vc(&self.policy, in_port, in_vc, out);
+            if out_vc >= self.cfg.vcs {
+                return Err(DropReason::BadVc);
+            }
+            let free = self.outputs.is_free(out, out_vc);
+            let credits = if free {
+                self.ports[out].link.credits(out_vc)
+            } else {
+                0
+            };
+            Ok((out_vc, credits))
+        };
+        let try_port = |port: PortNo| match assess(port) {
+            Err(r) => Decision::Drop(r),
+            Ok((out_vc, credits)) => {
+                let free = self.outputs.is_free(port as usize, out_vc);
+                let admitted = match self.cfg.switching {
+                    Switching::Wormhole => free,
+                    Switching::VirtualCutThrough => free && credits >= need,
+                };
+                if admitted {
+                    Decision::Grant {
+                        out: port as usize,
+                        out_vc,
+                    }
+                } else {
+                    Decision::Wait {
+                        on_credits: free.then_some((port as usize, out_vc)),
+                    }
+                }
+            }
+        };
+        match route {
+            Route::Fixed(port) => try_port(port),
+            Route::Adaptive { candidates, escape } => {
+                let escape = escape.or_else(|| candidates.first().copied());
+                if head.route_flags & route_flags::DETERMINISTIC == 0 {
+                    // The candidate with the most free credits, if any has
+                    // room for what this head needs.
+                    let mut best: Option<(PortNo, u8, u16)> = None;
+                    for &c in candidates {
+                        if let Ok((out_vc, credits)) = assess(c) {
+                            if credits >= need && best.is_none_or(|b| credits > b.2) {
+                                best = Some((c, out_vc, credits));
+                            }
+                        }
+                    }
+                    if let Some((port, out_vc, _)) = best {
+                        return Decision::Grant {
+                            out: port as usize,
+                            out_vc,
+                        };
+                    }
+                }
+                match escape {
+                    Some(e) => match try_port(e) {
+                        // A dead escape port: wait if some candidate lives.
+                        Decision::Drop(DropReason::PortDown)
+                            if candidates.iter().any(|&c| assess(c).is_ok()) =>
+                        {
+                            Decision::Wait { on_credits: None }
+                        }
+                        d => d,
+                    },
+                    None => Decision::Drop(DropReason::NoRoute),
+                }
+            }
+        }
+    }
+
+    /// Settles the front of input VC `i` until it is a flit ready to
+    /// request an output (returns the output and VC) or must wait.
+    fn resolve_front(&mut self, i: usize) -> Option<(usize, u8)> {
+        let vcs = self.cfg.vcs as usize;
+        loop {
+            let f = self.inputs[i].buf.front()?;
+            match self.inputs[i].state {
+                InState::Dropping { reason } => {
+                    if f.kind.is_head() {
+                        // The dropped packet's tail never came: start afresh.
+                        self.inputs[i].state = InState::Idle;
+                        continue;
+                    }
+                    let f = self.pop_input(i)?;
+                    if let Some(c) = self.counters.ports.get_mut(i / vcs) {
+                        c.drops.add(reason, 1);
+                    }
+                    self.counters.drops.add(reason, 1);
+                    if f.kind.is_tail() {
+                        self.inputs[i].state = InState::Idle;
+                    }
+                }
+                InState::Active {
+                    out,
+                    out_vc,
+                    started,
+                } => {
+                    if started && f.kind.is_head() {
+                        // A new head before the tail: the tail was lost upstream.
+                        self.outputs.release(out as usize, out_vc);
+                        self.inputs[i].state = InState::Idle;
+                        self.counters.truncated_packets += 1;
+                        continue;
+                    }
+                    return Some((out as usize, out_vc));
+                }
+                InState::Idle => {
+                    let msg = f.msg;
+                    let track = f.head.as_ref().map(|h| Tracked {
+                        src: h.src,
+                        dst: h.dst,
+                        msg: f.msg,
+                        packet: f.packet,
+                        submsg: h.submsg,
+                        first_seq: f.seq,
+                        forwarded: 0,
+                        is_rrq: sbrp::is_rrq(f),
+                    });
+                    let decision = if self.reroute.is_some() {
+                        self.decide_local_reroute(i)
+                    } else {
+                        self.decide(i, f)
+                    };
+                    match decision {
+                        Decision::Wait { on_credits } => {
+                            if let Some((out, out_vc)) = on_credits {
+                                self.ports[out].link.note_stalled(out_vc);
+                            }
+                            return None;
+                        }
+                        Decision::Grant { out, out_vc } => {
+                            self.inputs[i].track = track;
+                            self.outputs.claim(out, out_vc, i as u32);
+                            self.inputs[i].state = InState::Active {
+                                out: out as PortNo,
+                                out_vc,
+                                started: false,
+                            };
+                        }
+                        Decision::Drop(reason) => {
+                            let f = self.pop_input(i)?;
+                            if reason == DropReason::PortDown && self.recovery.is_on() {
+                                // Its route leads to a dead port and no new
+                                // table avoids it yet: nothing of the packet
+                                // passed, so ask for all of it (from its head).
+                                if let Some(t) = track {
+                                    self.report_cut(t);
+                                }
+                            }
+                            let (p, vc) = (i / vcs, (i % vcs) as u8);
+                            self.count_drop(p, vc, reason, 1, msg);
+                            if !f.kind.is_tail() {
+                                self.inputs[i].state = InState::Dropping { reason };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Allocation rounds until no flit moves. The first round examines
+    /// every input VC; later rounds only those that requested in the
+    /// previous one, because within a pump credits only decrease and the
+    /// only thing that can unblock another input is a tail freeing an
+    /// output VC (which triggers a full scan again).
+    fn pump(&mut self) {
+        let mut requesters = std::mem::take(&mut self.requesters);
+        let mut next = std::mem::take(&mut self.next_requesters);
+        let mut grants = std::mem::take(&mut self.grants);
+        let mut scan_all = true;
+        loop {
+            scan_all |= self.feed_local_input();
+            next.clear();
+            if scan_all {
+                for i in 0..self.inputs.len() {
+                    self.examine(i, &mut next);
+                }
+            } else {
+                for &i in &requesters {
+                    self.examine(i as usize, &mut next);
+                }
+            }
+            self.alloc.allocate(&mut grants);
+            if grants.is_empty() {
+                break;
+            }
+            scan_all = false;
+            for &(out, i) in &grants {
+                scan_all |= self.forward(out as usize, i as usize);
+            }
+            std::mem::swap(&mut requesters, &mut next);
+        }
+        self.grants = grants;
+        self.requesters = requesters;
+        self.next_requesters = next;
+    }
+
+    /// Settles input VC `i` and, if its front flit can go, files its
+    /// request with the switch allocator (and notes `i` in `requested`).
+    fn examine(&mut self, i: usize, requested: &mut Vec<u32>) {
+        let vcs = self.cfg.vcs as usize;
+        if self.inputs[i].is_empty() {
+            // An input whose port died mid-packet will never see the
+            // tail: free the output VC it holds.
+            if let InState::Active { out, out_vc, .. } = self.inputs[i].state {
+                let input_dead = self.ports.get(i / vcs).is_some_and(|p| p.failed);
+                if input_dead && self.recovery.is_on() && !self.inputs[i].synthetic_tail {
+                    // Node A (spec 003 §5.11.2): close the packet downstream
+                    // with a non-final tail, after what was buffered.
+                    if let Some(t) = self.inputs[i].track {
+                        self.inputs[i].buf.push_back(Flit {
+                            kind: FlitKind::Tail,
+                            vc: (i % vcs) as u8,
+                            flags: flags::NON_FINAL_TAIL,
+                            msg: t.msg,
+                            packet: t.packet,
+                            seq: t.first_seq + t.forwarded,
+                            head: None,
+                            payload: Bytes::new(),
+                        });
+                        self.inputs[i].synthetic_tail = true;
+                        self.sbrp.nft_generated += 1;
+                        self.examine(i, requested);
+                        return;
+                    }
+                }
+                if input_dead {
+                    self.outputs.release(out as usize, out_vc);
+                    self.inputs[i].state = InState::Idle;
+                    self.counters.truncated_packets += 1;
+                }
+            }
+            return;
+        }
+        if let Some((out, out_vc)) = self.resolve_front(i) {
+            if self.ports[out].link.credits(out_vc) > 0 {
+                self.alloc.request(out as u16, i as u32);
+                requested.push(i as u32);
+            } else {
+                self.ports[out].link.note_stalled(out_vc);
+            }
+        }
+    }
+
+    /// Moves the front flit of input VC `i` into output port `out`;
+    /// returns whether that freed the output VC (a tail left).
+    fn forward(&mut self, out: usize, i: usize) -> bool {
+        let InState::Active { out_vc, .. } = self.inputs[i].state else {
+            return false;
+        };
+        let Some(mut f) = self.pop_input(i) else {
+            return false;
+        };
+        let tail = f.kind.is_tail();
+        if let Some(t) = self.inputs[i].track.as_mut() {
+            t.forwarded += 1;
+        }
+        if tail {
+            self.inputs[i].track = None;
+        }
+        self.inputs[i].state = if f.kind.is_tail() {
+            self.outputs.release(out, out_vc);
+            InState::Idle
+        } else {
+            InState::Active {
+                out: out as PortNo,
+                out_vc,
+                started: true,
+            }
+        };
+        f.vc = out_vc;
+        let bytes = f.payload.len() as u64;
+        match self.ports[out].link.send(f) {
+            Ok(()) => {
+                let c = &mut self.counters.ports[out].vcs[out_vc as usize];
+                c.tx_flits += 1;
+                c.tx_payload_bytes += bytes;
+            }
+            Err(_) => {
+                // Only possible if the port went admin down in between.
+                let vcs = self.cfg.vcs as usize;
+                self.count_drop(i / vcs, (i % vcs) as u8, DropReason::PortDown, 1, 0);
+            }
+        }
+        tail
+    }
+
+    /// Flits buffered in input VC `vc` of `port` (for tests and metrics).
+    pub fn input_occupancy(&self, port: PortNo, vc: u8) -> Option<usize> {
+        let (p, v) = (port as usize, vc as usize);
+        if p >= self.cfg.radix || v >= self.cfg.vcs as usize {
+            return None;
+        }
+        Some(self.inputs[p * self.cfg.vcs as usize + v].len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

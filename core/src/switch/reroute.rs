@@ -1,0 +1,431 @@
+//! Dynamic local rerouting (DLR, seed 002) inside the switch core: when a
+//! [`DlrSwitch`] is configured, every head is routed by it instead of the
+//! installed table, so a switch of a k-ary n-tree misroutes around a dead
+//! port on its own, with no controller involvement (digest §3.2), and takes
+//! the fault-free d-mod-k port again as soon as the port is back (§3.9: no
+//! table ever changes).
+//!
+//! What the switch provides to the sans-IO decision logic of
+//! [`crate::recovery::dlr`]: the local port liveness (`port_up[p]` = not
+//! administratively down and the peer not declared dead), the head's port
+//! field ([`crate::flit::Head::dlr_port_field`]) and the input VC, which
+//! *is* the DLR layer (NL / ML / ML1 / ML2). A decision is committed (port
+//! field written back, reroute counted) only when the head is granted its
+//! output VC; a head that must wait is decided afresh on the next round, so
+//! a port that dies meanwhile is avoided.
+
+use super::{vc_alloc, Decision, DropReason, Switch, Switching};
+use crate::recovery::dlr::{
+    DlrDecision, DlrError, DlrPacketState, DlrStep, DlrSwitch, PortField, NL,
+};
+use crate::topology::PortNo;
+
+/// Why a switch refuses a DLR configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RerouteConfigError {
+    #[error(
+        "switch {switch}: DLR for a {k}-ary tree needs radix {need}, this switch has {radix} ports"
+    )]
+    Radix {
+        switch: u32,
+        k: u32,
+        need: usize,
+        radix: usize,
+    },
+    #[error(
+        "switch {switch}: this DLR variant needs {need} virtual channels, the fabric has {vcs}"
+    )]
+    Vcs { switch: u32, need: u8, vcs: u8 },
+}
+
+impl Switch {
+    /// Routes every head with dynamic local rerouting from now on (`Some`),
+    /// or with the installed table again (`None`). Packets already holding
+    /// an output VC finish on it.
+    pub fn set_local_reroute(&mut self, dlr: Option<DlrSwitch>) -> Result<(), RerouteConfigError> {
+        if let Some(d) = &dlr {
+            let c = d.config();
+            let need = 2 * c.k as usize;
+            if self.cfg.radix != need {
+                return Err(RerouteConfigError::Radix {
+                    switch: d.id(),
+                    k: c.k,
+                    need,
+                    radix: self.cfg.radix,
+                });
+            }
+            if c.vcs_needed() > self.cfg.vcs {
+                return Err(RerouteConfigError::Vcs {
+                    switch: d.id(),
+                    need: c.vcs_needed(),
+                    vcs: self.cfg.vcs,
+                });
+            }
+        }
+        self.reroute = dlr;
+        self.pump();
+        Ok(())
+    }
+
+    /// The DLR state, if local rerouting is on.
+    pub fn local_reroute(&self) -> Option<&DlrSwitch> {
+        self.reroute.as_ref()
+    }
+
+    /// Whether port `p` can carry traffic now (DLR's `port_up`).
+    fn port_alive(&self, p: usize) -> bool {
+        !self.ports[p].failed && self.ports[p].link.is_admin_up()
+    }
+
+    /// Route and VC allocation for the head at the front of input VC `i`
+    /// by dynamic local rerouting. Only called with `self.reroute` set.
+    pub(super) fn decide_local_reroute(&mut self, i: usize) -> Decision {
+        let vcs = self.cfg.vcs as usize;
+        let (in_port, mut in_vc) = (i / vcs, (i % vcs) as u8);
+        let Some(f) = self.inputs[i].buf.front() else {
+            return Decision::Wait { on_credits: None };
+        };
+        let Some(head) = f.head.as_ref() else {
+            return Decision::Drop(DropReason::Orphan);
+        };
+        let Some(mut dlr) = self.reroute.take() else {
+            return Decision::Drop(DropReason::NoRoute);
+        };
+        let k = dlr.config().k;
+        // A host injects on whatever VC its endpoint uses; a packet entering
+        // the fabric is in the normal layer by definition.
+        if dlr.level() == 0 && (in_port as u32) < k {
+            in_vc = NL;
+        }
+        let Some(port_field) = PortField::from_wire(head.dlr_port_field, k) else {
+            self.reroute = Some(dlr);
+            return Decision::Drop(DropReason::BadRoute);
+        };
+        let mut pkt = DlrPacketState { port_field };
+        // radix = 2k ≤ 128 (DlrConfig caps k at 64): no allocation per head.
+        let mut alive = [false; 128];
+        let radix = self.ports.len().min(alive.len());
+        for (p, a) in alive.iter_mut().enumerate().take(radix) {
+            *a = self.port_alive(p);
+        }
+        let port_up = &alive[..radix];
+        let need = match self.cfg.switching {
+            Switching::Wormhole => 1,
+            Switching::VirtualCutThrough => {
+                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
+            }
+        };
+        let target = super::routing::target(head);
+        let result = dlr.route(
+            self.now,
+            target,
+            in_port as PortNo,
+            in_vc,
+            &mut pkt,
+            port_up,
+        );
+        self.reroute = Some(dlr);
+        let (port, vc, step) = match result {
+            Ok(DlrDecision::Forward { port, vc, step }) => (port as usize, vc, step),
+            Ok(DlrDecision::Discard { .. }) => return Decision::Drop(DropReason::PortDown),
+            Err(DlrError::BadVc { .. }) => return Decision::Drop(DropReason::BadVc),
+            Err(DlrError::BadDestination { .. }) => return Decision::Drop(DropReason::NoRoute),
+            Err(_) => return Decision::Drop(DropReason::BadRoute),
+        };
+        if port >= self.ports.len() || !port_up[port] {
+            // DLR only forwards on ports it was told are alive.
+            return Decision::Drop(DropReason::BadRoute);
+        }
+        if vc >= self.cfg.vcs {
+            return Decision::Drop(DropReason::BadVc);
+        }
+        let free = self.outputs.is_free(port, vc);
+        let admitted = free
+            && match self.cfg.switching {
+                Switching::Wormhole => true,
+                Switching::VirtualCutThrough => self.ports[port].link.credits(vc) >= need,
+            };
+        if !admitted {
+            return Decision::Wait {
+                on_credits: free.then_some((port, vc)),
+            };
+        }
+        if let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) {
+            h.dlr_port_field = pkt.port_field.to_wire();
+        }
+        if step != DlrStep::Normal {
+            self.counters.reroutes += 1;
+        }
+        Decision::Grant {
+            out: port,
+            out_vc: vc,
+        }
+    }
+
+    /// Whether an input VC holds a packet in progress (for tests).
+    #[cfg(test)]
+    pub(super) fn input_state(&self, i: usize) -> super::input::InState {
+        self.inputs[i].state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flit::{Flit, FlitKind, Head};
+    use crate::link::Link;
+    use crate::link::LinkConfig;
+    use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant};
+    use crate::switch::input::InState;
+    use crate::switch::SwitchConfig;
+    use crate::topology::generators::kary_ntree;
+    use bytes::Bytes;
+
+    /// A switch under test with one peer [`Link`] per port.
+    struct Rig {
+        sw: Switch,
+        peers: Vec<Link>,
+        now: u64,
+    }
+
+    fn link_cfg() -> LinkConfig {
+        LinkConfig {
+            vcs: 3,
+            buffer_depth: 4,
+            bandwidth_flits_per_s: None,
+            propagation_ns: 0,
+            ..LinkConfig::default()
+        }
+    }
+
+    fn rig(k: u32, n: u32, id: u32, variant: DlrVariant, faults: DlrFaults) -> Rig {
+        let topo = kary_ntree(k, n).unwrap();
+        let cfg = DlrConfig::new(k, n, variant, faults);
+        let radix = 2 * k as usize;
+        let mut sw = Switch::new(SwitchConfig {
+            radix,
+            vcs: 3,
+            buffer_depth: 4,
+            link: link_cfg(),
+            ..SwitchConfig::default()
+        })
+        .unwrap();
+        sw.set_local_reroute(Some(DlrSwitch::from_topology(cfg, &topo, id).unwrap()))
+            .unwrap();
+        let peers = (0..radix)
+            .map(|p| Link::with_epoch(link_cfg(), 10 + p as u16).unwrap())
+            .collect();
+        Rig { sw, peers, now: 1 }
+    }
+
+    impl Rig {
+        /// Sends a one-flit packet for `dst` into `port` on `vc` and returns
+        /// (port, vc, port field) of every flit the switch forwarded.
+        fn inject(
+            &mut self,
+            port: usize,
+            dst: u32,
+            vc: u8,
+            port_field: u8,
+        ) -> Vec<(PortNo, u8, u8)> {
+            self.peers[port]
+                .send(Flit {
+                    kind: FlitKind::HeadTail,
+                    vc,
+                    flags: 0,
+                    msg: 1,
+                    packet: 0,
+                    seq: 0,
+                    head: Some(Head {
+                        dst,
+                        msg_flits: 1,
+                        dlr_port_field: port_field,
+                        ..Head::default()
+                    }),
+                    payload: Bytes::new(),
+                })
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = Vec::new();
+            for _ in 0..20 {
+                self.now += 1_000;
+                for (p, peer) in self.peers.iter_mut().enumerate() {
+                    peer.handle_timeout(self.now);
+                    buf.clear();
+                    while peer.poll_transmit(self.now, &mut buf) {
+                        let _ = self.sw.handle_datagram_slice(self.now, p as PortNo, &buf);
+                        buf.clear();
+                    }
+                }
+                self.sw.handle_timeout(self.now);
+                buf.clear();
+                while let Some(p) = self.sw.poll_transmit(self.now, &mut buf) {
+                    let _ = self.peers[p as usize].handle_datagram_slice(self.now, &buf);
+                    buf.clear();
+                }
+                for (p, peer) in self.peers.iter_mut().enumerate() {
+                    while let Some(f) = peer.poll_received() {
+                        let field = f.head.as_ref().map_or(0, |h| h.dlr_port_field);
+                        got.push((p as PortNo, f.vc, field));
+                        peer.release(f.vc, 1).unwrap();
+                    }
+                }
+            }
+            got
+        }
+    }
+
+    #[test]
+    fn a_leaf_detours_around_a_dead_up_port_and_comes_back_when_it_is_repaired() {
+        // 4-ary 2-tree, leaf 0: host 5 is not below it, d-mod-k takes up
+        // port k + d_0 = 4 + 1 = 5.
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Link);
+        assert_eq!(r.inject(0, 5, 0, 0), vec![(5, 0, 0)]);
+        assert_eq!(r.sw.counters().reroutes, 0);
+        r.sw.set_port_admin(5, false).unwrap();
+        let out = r.inject(0, 5, 0, 0);
+        assert_eq!(out.len(), 1);
+        assert_ne!(out[0].0, 5, "a dead port is never used");
+        assert!(out[0].0 >= 4, "an up port: {out:?}");
+        assert_eq!(r.sw.counters().reroutes, 1);
+        assert_eq!(r.sw.counters().drops.total(), 0);
+        r.sw.set_port_admin(5, true).unwrap();
+        assert_eq!(
+            r.inject(0, 5, 0, 0),
+            vec![(5, 0, 0)],
+            "back on the table port"
+        );
+        assert_eq!(r.sw.counters().reroutes, 1);
+    }
+
+    #[test]
+    fn a_top_switch_routes_around_its_dead_down_port() {
+        // 4-ary 2-tree: switches 0..4 are leaves, 4..8 top. A top switch
+        // reaches host 5 on down port d_1 = 1.
+        let mut r = rig(4, 2, 4, DlrVariant::Deterministic, DlrFaults::Link);
+        assert_eq!(r.inject(0, 5, 0, 0), vec![(1, 0, 0)]);
+        r.sw.set_port_admin(1, false).unwrap();
+        let out = r.inject(0, 5, 0, 0);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].0 < 4 && out[0].0 != 1, "another down port: {out:?}");
+        assert_eq!(r.sw.counters().drops.total(), 0);
+        // The layer is whatever the DLR logic chose for this step.
+        let mut dlr = r.sw.local_reroute().unwrap().clone();
+        let mut up = vec![true; 8];
+        up[1] = false;
+        let want = dlr
+            .route(0, 5, 0, 0, &mut DlrPacketState::default(), &up)
+            .unwrap();
+        let DlrDecision::Forward { port, vc, step } = want else {
+            panic!("one dead port is tolerated: {want:?}")
+        };
+        assert_eq!((port, vc), (out[0].0, out[0].1));
+        assert_ne!(step, DlrStep::Normal);
+        assert_eq!(r.sw.counters().reroutes, 1);
+    }
+
+    #[test]
+    fn the_switch_variant_writes_the_port_field_into_the_head() {
+        let topo = kary_ntree(4, 3).unwrap();
+        // A level-1 switch whose down port towards the destination is dead
+        // and whose other down ports are alive bounces the packet through a
+        // 2-hop group: whatever it does, the header must round-trip and
+        // never name a dead port.
+        let id = topo
+            .switches
+            .iter()
+            .position(|sw| sw.level == Some(1))
+            .unwrap() as u32;
+        let mut r = rig(4, 3, id, DlrVariant::Deterministic, DlrFaults::Switch);
+        let dlr = r.sw.local_reroute().unwrap().clone();
+        let dst = (0..64).find(|&d| dlr.reaches_down(d)).unwrap();
+        let down = ((dst / 4) % 4) as u16;
+        r.sw.set_port_admin(down, false).unwrap();
+        let out = r.inject(4, dst, 0, 0);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_ne!(out[0].0, down);
+        assert!(PortField::from_wire(out[0].2, 4).is_some());
+        assert_eq!(r.sw.counters().reroutes, 1);
+    }
+
+    #[test]
+    fn a_packet_with_a_garbage_port_field_is_dropped_not_panicked_on() {
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Switch);
+        assert!(r.inject(0, 5, 0, 200).is_empty());
+        assert_eq!(r.sw.counters().drops.bad_route, 1);
+        assert_eq!(r.sw.input_state(0), InState::Idle);
+        assert_eq!(
+            r.inject(0, 5, 0, 0).len(),
+            1,
+            "the next packet goes through"
+        );
+    }
+
+    #[test]
+    fn configurations_that_cannot_work_are_refused() {
+        let topo = kary_ntree(4, 2).unwrap();
+        let mut s = Switch::new(SwitchConfig {
+            radix: 8,
+            vcs: 1,
+            ..SwitchConfig::default()
+        })
+        .unwrap();
+        let det = DlrConfig::new(4, 2, DlrVariant::Deterministic, DlrFaults::Switch);
+        let e = s
+            .set_local_reroute(Some(DlrSwitch::from_topology(det, &topo, 0).unwrap()))
+            .unwrap_err();
+        assert!(e.to_string().contains("3 virtual channels"), "{e}");
+        let mut small = Switch::new(SwitchConfig {
+            radix: 6,
+            vcs: 1,
+            ..SwitchConfig::default()
+        })
+        .unwrap();
+        let ad = DlrConfig::new(4, 2, DlrVariant::Adaptive, DlrFaults::Link);
+        let e = small
+            .set_local_reroute(Some(DlrSwitch::from_topology(ad, &topo, 0).unwrap()))
+            .unwrap_err();
+        assert!(e.to_string().contains("radix 8"), "{e}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Whatever the dead ports, a head is either forwarded exactly once
+        /// on a live port or dropped as port-down; never elsewhere, never a
+        /// panic, and the input is free for the next packet.
+        #[test]
+        fn heads_go_out_on_live_ports_or_are_dropped_as_port_down(
+            k in 2u32..5,
+            n in 2u32..4,
+            sw in 0u32..64,
+            dead in proptest::prelude::any::<u16>(),
+            dst in 0u32..64,
+            in_port in 0usize..8,
+            variant in 0u8..4,
+        ) {
+            let switches = n * k.pow(n - 1);
+            let hosts = k.pow(n);
+            let (sw, dst, in_port) = (sw % switches, dst % hosts, in_port % (2 * k as usize));
+            let (v, f) = match variant {
+                0 => (DlrVariant::Deterministic, DlrFaults::Link),
+                1 => (DlrVariant::Deterministic, DlrFaults::Switch),
+                2 => (DlrVariant::Adaptive, DlrFaults::Link),
+                _ => (DlrVariant::Adaptive, DlrFaults::Switch),
+            };
+            let mut r = rig(k, n, sw, v, f);
+            for p in 0..2 * k as u16 {
+                if dead & (1 << p) != 0 && p as usize != in_port {
+                    r.sw.set_port_admin(p, false).unwrap();
+                }
+            }
+            let out = r.inject(in_port, dst, 0, 0);
+            let c = r.sw.counters();
+            proptest::prop_assert!(out.len() + c.drops.port_down as usize == 1, "{out:?} {c:?}");
+            for (p, _, _) in &out {
+                proptest::prop_assert!(r.sw.port_alive(*p as usize));
+            }
+            proptest::prop_assert_eq!(r.sw.input_state(in_port * 3), InState::Idle);
+        }
+    }
+}

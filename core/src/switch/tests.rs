@@ -1,0 +1,785 @@
+//! In-process fabrics: switches and host links wired together by a tiny
+//! deterministic loop that passes datagrams and advances a fake clock.
+
+use super::*;
+use crate::flit::{FlitKind, Head};
+use crate::routing::{AdaptiveEntry, AdaptiveTable, Lft};
+use crate::topology::HostId;
+use crate::wire::{self, FrameWriter, Header};
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Host(usize),
+    Sw(usize, PortNo),
+}
+
+struct Host {
+    link: Link,
+    consume: bool,
+    to_send: VecDeque<Flit>,
+    received: Vec<Flit>,
+}
+
+struct Net {
+    now: u64,
+    hosts: Vec<Host>,
+    switches: Vec<Switch>,
+    wires: Vec<(End, End)>,
+    buf: Vec<u8>,
+}
+
+fn link_cfg() -> LinkConfig {
+    LinkConfig {
+        keepalive_interval_ns: 1_000_000,
+        dead_after_ns: 5_000_000,
+        propagation_ns: 100,
+        credit_coalesce_ns: 500,
+        ..LinkConfig::default()
+    }
+}
+
+fn sw_cfg(radix: usize, vcs: u8, switching: Switching) -> SwitchConfig {
+    SwitchConfig {
+        radix,
+        vcs,
+        buffer_depth: 8,
+        switching,
+        link: link_cfg(),
+        max_packet_flits: 4,
+    }
+}
+
+/// The flits of one packet of `len` flits from `src` to `dst` on `vc`.
+fn packet(src: HostId, dst: HostId, msg: u64, len: u32, vc: u8) -> Vec<Flit> {
+    (0..len)
+        .map(|seq| {
+            let kind = match (seq, len) {
+                (_, 1) => FlitKind::HeadTail,
+                (0, _) => FlitKind::Head,
+                (s, l) if s + 1 == l => FlitKind::Tail,
+                _ => FlitKind::Body,
+            };
+            Flit {
+                kind,
+                vc,
+                flags: 0,
+                msg,
+                packet: 0,
+                seq,
+                head: kind.is_head().then_some(Head {
+                    dst,
+                    src,
+                    msg_flits: len,
+                    ..Head::default()
+                }),
+                payload: Bytes::from(vec![msg as u8; 32]),
+            }
+        })
+        .collect()
+}
+
+impl Net {
+    fn new(n_hosts: usize, vcs: u8, switches: Vec<Switch>, wires: Vec<(End, End)>) -> Self {
+        let hcfg = LinkConfig {
+            vcs,
+            buffer_depth: 8,
+            ..link_cfg()
+        };
+        let hosts = (0..n_hosts)
+            .map(|h| Host {
+                link: Link::with_epoch(hcfg.clone(), 100 + h as u16).unwrap(),
+                consume: true,
+                to_send: VecDeque::new(),
+                received: Vec::new(),
+            })
+            .collect();
+        Net {
+            now: 0,
+            hosts,
+            switches,
+            wires,
+            buf: Vec::new(),
+        }
+    }
+
+    fn peer(&self, e: End) -> End {
+        for &(a, b) in &self.wires {
+            if a == e {
+                return b;
+            }
+            if b == e {
+                return a;
+            }
+        }
+        panic!("{e:?} is not wired");
+    }
+
+    fn deliver(&mut self, to: End, data: &[u8]) {
+        let now = self.now;
+        match to {
+            End::Host(h) => {
+                let _ = self.hosts[h].link.handle_datagram_slice(now, data);
+            }
+            End::Sw(s, p) => {
+                let _ = self.switches[s].handle_datagram_slice(now, p, data);
+            }
+        }
+    }
+
+    /// Everything that can happen at `self.now`.
+    fn settle(&mut self) {
+        let now = self.now;
+        for s in &mut self.switches {
+            s.handle_timeout(now);
+        }
+        for h in &mut self.hosts {
+            h.link.handle_timeout(now);
+        }
+        let mut iters = 0;
+        loop {
+            iters += 1;
+            if iters > 10_000 {
+                panic!("settle loops at {now}");
+            }
+            let mut moved = false;
+            for h in 0..self.hosts.len() {
+                let host = &mut self.hosts[h];
+                while let Some(f) = host.to_send.front() {
+                    if !host.link.can_send(f.vc) {
+                        break;
+                    }
+                    let f = host.to_send.pop_front().unwrap();
+                    host.link.send(f).unwrap();
+                }
+                if host.consume {
+                    while let Some(f) = host.link.poll_received() {
+                        host.link.release(f.vc, 1).unwrap();
+                        host.received.push(f);
+                    }
+                }
+                let mut buf = std::mem::take(&mut self.buf);
+                while self.hosts[h].link.poll_transmit(now, &mut buf) {
+                    moved = true;
+                    let to = self.peer(End::Host(h));
+                    self.deliver(to, &buf);
+                }
+                self.buf = buf;
+            }
+            for s in 0..self.switches.len() {
+                let mut buf = std::mem::take(&mut self.buf);
+                while let Some(p) = self.switches[s].poll_transmit(now, &mut buf) {
+                    moved = true;
+                    let to = self.peer(End::Sw(s, p));
+                    self.deliver(to, &buf);
+                }
+                self.buf = buf;
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> u64 {
+        let t = self
+            .switches
+            .iter()
+            .filter_map(|s| s.poll_timeout())
+            .chain(self.hosts.iter().filter_map(|h| h.link.poll_timeout()))
+            .min()
+            .unwrap_or(u64::MAX);
+        t.max(self.now + 1)
+    }
+
+    fn run_for(&mut self, ns: u64) {
+        let end = self.now + ns;
+        let mut steps = 0u64;
+        while self.now < end {
+            steps += 1;
+            if steps > 1_000_000 {
+                panic!(
+                    "run_for stuck at {} (deadline {})",
+                    self.now,
+                    self.next_deadline()
+                );
+            }
+            self.settle();
+            self.now = self.next_deadline().min(end);
+        }
+        self.settle();
+    }
+
+    fn total_drops(&self) -> u64 {
+        self.switches
+            .iter()
+            .map(|s| s.counters().drops.total())
+            .sum()
+    }
+}
+
+fn lft(ports: &[Option<PortNo>]) -> SwitchTable {
+    SwitchTable::Lft(Lft {
+        ports: ports.to_vec(),
+    })
+}
+
+/// host0 — S0 — S1 — … — S(n-1) — host1; every switch has port 0 toward
+/// host0 and port 1 toward host1.
+fn chain(n: usize, vcs: u8, switching: Switching) -> Net {
+    let mut switches = Vec::new();
+    let mut wires = vec![
+        (End::Host(0), End::Sw(0, 0)),
+        (End::Sw(n - 1, 1), End::Host(1)),
+    ];
+    for s in 0..n {
+        let mut sw = Switch::with_epoch(sw_cfg(2, vcs, switching), 10 + s as u16).unwrap();
+        sw.install_table(lft(&[Some(0), Some(1)]), VcPolicy::Keep);
+        switches.push(sw);
+        if s + 1 < n {
+            wires.push((End::Sw(s, 1), End::Sw(s + 1, 0)));
+        }
+    }
+    Net::new(2, vcs, switches, wires)
+}
+
+/// Checks every message arrived complete and in flit order.
+fn assert_in_order(received: &[Flit], msgs: u64, len: u32) {
+    let mut next: HashMap<u64, u32> = HashMap::new();
+    for f in received {
+        let n = next.entry(f.msg).or_default();
+        assert_eq!(f.seq, *n, "msg {} out of order", f.msg);
+        *n += 1;
+    }
+    assert_eq!(next.len() as u64, msgs, "messages delivered");
+    assert!(next.values().all(|&n| n == len), "incomplete message");
+}
+
+fn chain_delivers(n: usize, vcs: u8, switching: Switching) {
+    let mut net = chain(n, vcs, switching);
+    let msgs = 40u64;
+    for m in 0..msgs {
+        net.hosts[0]
+            .to_send
+            .extend(packet(0, 1, m, 4, (m % vcs as u64) as u8));
+        net.hosts[1].to_send.extend(packet(1, 0, 1000 + m, 3, 0));
+    }
+    net.run_for(20_000_000);
+    assert_in_order(&net.hosts[1].received, msgs, 4);
+    assert_in_order(&net.hosts[0].received, msgs, 3);
+    assert_eq!(net.total_drops(), 0);
+    for s in &net.switches {
+        let c = s.counters();
+        assert_eq!(
+            c.ports[0].vcs.iter().map(|v| v.rx_flits).sum::<u64>(),
+            msgs * 4
+        );
+        assert_eq!(
+            c.ports[1].vcs.iter().map(|v| v.tx_flits).sum::<u64>(),
+            msgs * 4
+        );
+        if vcs == 2 {
+            assert_eq!(c.ports[1].vcs[1].tx_flits, msgs * 2, "VC kept");
+        }
+    }
+}
+
+#[test]
+fn two_switch_chain_wormhole_1vc() {
+    chain_delivers(2, 1, Switching::Wormhole);
+}
+
+#[test]
+fn two_switch_chain_wormhole_2vc() {
+    chain_delivers(2, 2, Switching::Wormhole);
+}
+
+#[test]
+fn two_switch_chain_vct_1vc() {
+    chain_delivers(2, 1, Switching::VirtualCutThrough);
+}
+
+#[test]
+fn three_switch_chain_vct_2vc() {
+    chain_delivers(3, 2, Switching::VirtualCutThrough);
+}
+
+#[test]
+fn three_switch_chain_wormhole_2vc() {
+    chain_delivers(3, 2, Switching::Wormhole);
+}
+
+fn backpressure(switching: Switching) -> Net {
+    let mut net = chain(2, 1, switching);
+    net.hosts[1].consume = false;
+    for m in 0..30 {
+        net.hosts[0].to_send.extend(packet(0, 1, m, 4, 0));
+    }
+    net.run_for(30_000_000);
+    // Every buffer on the way is full and nothing was dropped.
+    assert_eq!(net.total_drops(), 0);
+    assert_eq!(net.hosts[0].link.credits(0), 0);
+    assert!(!net.hosts[0].to_send.is_empty(), "source must be blocked");
+    assert_eq!(net.hosts[1].link.pending_rx(), 8, "sink buffer full");
+    for s in &net.switches {
+        assert_eq!(s.input_occupancy(0, 0), Some(8));
+        assert_eq!(s.link(1).unwrap().credits(0), 0);
+        assert!(s.counters().ports[1].vcs[0].max_occupancy <= 8);
+    }
+    net
+}
+
+#[test]
+fn backpressure_holds_without_drops_then_drains() {
+    for switching in [Switching::Wormhole, Switching::VirtualCutThrough] {
+        let mut net = backpressure(switching);
+        assert!(net.switches[1].counters().ports[1].vcs[0].credit_stall_ns > 0);
+        net.hosts[1].consume = true;
+        net.run_for(30_000_000);
+        assert_in_order(&net.hosts[1].received, 30, 4);
+        assert_eq!(net.total_drops(), 0);
+    }
+}
+
+#[test]
+fn fairness_between_two_inputs_for_one_output() {
+    // host0 on port 0 and host1 on port 1 both send to host2 on port 2.
+    let mut sw = Switch::new(sw_cfg(3, 1, Switching::Wormhole)).unwrap();
+    sw.install_table(lft(&[Some(0), Some(1), Some(2)]), VcPolicy::Keep);
+    let wires = vec![
+        (End::Host(0), End::Sw(0, 0)),
+        (End::Host(1), End::Sw(0, 1)),
+        (End::Host(2), End::Sw(0, 2)),
+    ];
+    let mut net = Net::new(3, 1, vec![sw], wires);
+    for m in 0..400 {
+        net.hosts[0].to_send.extend(packet(0, 2, m, 1, 0));
+        net.hosts[1].to_send.extend(packet(1, 2, 10_000 + m, 1, 0));
+    }
+    // The sink drains slowly so the output is the bottleneck.
+    net.hosts[2].consume = false;
+    net.run_for(2_000_000);
+    for _ in 0..200 {
+        net.hosts[2].consume = true;
+        net.settle();
+        net.hosts[2].consume = false;
+        net.run_for(10_000);
+    }
+    let got = &net.hosts[2].received;
+    let from0 = got.iter().filter(|f| f.msg < 10_000).count();
+    let from1 = got.len() - from0;
+    assert!(got.len() > 100, "only {} delivered", got.len());
+    let share = from0 as f64 / got.len() as f64;
+    assert!((0.45..=0.55).contains(&share), "{from0} vs {from1}");
+}
+
+#[test]
+fn unroutable_packet_is_dropped_whole_and_counted() {
+    let mut net = chain(2, 1, Switching::Wormhole);
+    net.hosts[0].to_send.extend(packet(0, 7, 1, 4, 0)); // host 7: no route
+    net.hosts[0].to_send.extend(packet(0, 1, 2, 4, 0));
+    net.run_for(10_000_000);
+    assert_in_order(&net.hosts[1].received, 1, 4);
+    let c = net.switches[0].counters();
+    assert_eq!(c.drops.no_route, 4);
+    assert_eq!(c.ports[0].drops.no_route, 4);
+    let mut dropped_events = 0;
+    while let Some(e) = net.switches[0].poll_event() {
+        if let SwitchEvent::Dropped { reason, msg, .. } = e {
+            assert_eq!((reason, msg), (DropReason::NoRoute, 1));
+            dropped_events += 1;
+        }
+    }
+    assert_eq!(dropped_events, 1, "one event per packet");
+}
+
+#[test]
+fn bad_datagrams_and_bad_vcs_are_counted() {
+    let mut net = chain(1, 1, Switching::Wormhole);
+    net.run_for(3_000_000);
+    let sw = &mut net.switches[0];
+    assert!(matches!(
+        sw.handle_datagram_slice(net.now, 0, b"not a datagram"),
+        Err(SwitchError::BadDatagram { port: 0, .. })
+    ));
+    assert!(matches!(
+        sw.handle_datagram_slice(net.now, 9, b""),
+        Err(SwitchError::UnknownPort { port: 9, radix: 2 })
+    ));
+    // A well-formed datagram from host 0 with a flit on VC 5.
+    let mut buf = Vec::new();
+    let mut w = FrameWriter::new(
+        &mut buf,
+        Header {
+            epoch: 100,
+            peer_epoch: 10,
+            seq: 1_000,
+        },
+    );
+    w.push_flit(&packet(0, 1, 1, 1, 5)[0]);
+    w.finish();
+    assert!(wire::decode(&buf).is_ok());
+    sw.handle_datagram_slice(net.now, 0, &buf).unwrap();
+    sw.handle_timeout(net.now + 100); // after the propagation delay
+    let c = sw.counters();
+    assert_eq!(c.drops.bad_datagram, 1);
+    assert_eq!(c.ports[0].bad_datagrams, 1);
+    assert_eq!(c.drops.bad_vc, 1);
+    // A corrupted datagram counts as a CRC error.
+    buf[20] ^= 1;
+    assert!(sw.handle_datagram_slice(net.now, 0, &buf).is_err());
+    assert_eq!(sw.counters().ports[0].crc_errors, 1);
+}
+
+#[test]
+fn admin_down_port_drops_packets_routed_to_it() {
+    let mut net = chain(1, 1, Switching::Wormhole);
+    net.run_for(3_000_000);
+    assert_eq!(
+        net.switches[0].set_port_admin(5, false),
+        Err(SwitchError::UnknownPort { port: 5, radix: 2 })
+    );
+    net.switches[0].set_port_admin(1, false).unwrap();
+    assert!(matches!(
+        std::iter::from_fn(|| net.switches[0].poll_event()).last(),
+        Some(SwitchEvent::PortDown {
+            port: 1,
+            admin: true
+        })
+    ));
+    net.hosts[0].to_send.extend(packet(0, 1, 1, 4, 0));
+    net.run_for(3_000_000);
+    assert_eq!(net.switches[0].counters().drops.port_down, 4);
+    assert!(net.hosts[1].received.is_empty());
+    // Back up: traffic flows again.
+    net.switches[0].set_port_admin(1, true).unwrap();
+    net.hosts[0].to_send.extend(packet(0, 1, 2, 4, 0));
+    net.run_for(10_000_000);
+    assert_in_order(&net.hosts[1].received, 1, 4);
+}
+
+#[test]
+fn dead_peer_is_reported_and_its_traffic_dropped() {
+    let mut net = chain(1, 1, Switching::Wormhole);
+    net.run_for(3_000_000);
+    // Host 1 goes silent: its link stops talking.
+    net.hosts[1].link.set_admin_up(false);
+    net.run_for(10_000_000);
+    let events: Vec<_> = std::iter::from_fn(|| net.switches[0].poll_event()).collect();
+    assert!(events.contains(&SwitchEvent::PortDown {
+        port: 1,
+        admin: false
+    }));
+    net.hosts[0].to_send.extend(packet(0, 1, 1, 4, 0));
+    net.run_for(3_000_000);
+    assert_eq!(net.switches[0].counters().drops.port_down, 4);
+    net.hosts[1].link.set_admin_up(true);
+    net.run_for(3_000_000);
+    let events: Vec<_> = std::iter::from_fn(|| net.switches[0].poll_event()).collect();
+    assert!(events.contains(&SwitchEvent::PortUp { port: 1 }));
+    net.hosts[0].to_send.extend(packet(0, 1, 2, 4, 0));
+    net.run_for(5_000_000);
+    assert_in_order(&net.hosts[1].received, 1, 4);
+}
+
+#[test]
+fn head_is_routed_toward_its_current_intermediate() {
+    // Port 1 reaches host 1, port 2 reaches host 2 (the intermediate).
+    let mut sw = Switch::new(sw_cfg(3, 1, Switching::Wormhole)).unwrap();
+    sw.install_table(lft(&[Some(0), Some(1), Some(2)]), VcPolicy::Keep);
+    let wires = vec![
+        (End::Host(0), End::Sw(0, 0)),
+        (End::Host(1), End::Sw(0, 1)),
+        (End::Host(2), End::Sw(0, 2)),
+    ];
+    let mut net = Net::new(3, 1, vec![sw], wires);
+    let mut p = packet(0, 1, 1, 2, 0);
+    let h = p[0].head.as_mut().unwrap();
+    h.intermediates[0] = 2;
+    h.n_intermediates = 1;
+    net.hosts[0].to_send.extend(p);
+    net.run_for(5_000_000);
+    assert_eq!(net.hosts[2].received.len(), 2);
+    assert!(net.hosts[1].received.is_empty());
+}
+
+#[test]
+fn adaptive_routing_prefers_the_port_with_most_credits() {
+    // Host 1 (port 1) and host 2 (port 2) both count as "destination 1":
+    // candidates 1 and 2, escape 1. Host 1 stops consuming, so once its
+    // buffer fills, traffic goes through port 2.
+    let mut sw = Switch::new(sw_cfg(3, 1, Switching::Wormhole)).unwrap();
+    sw.install_table(
+        SwitchTable::Adaptive(AdaptiveTable {
+            entries: vec![
+                AdaptiveEntry {
+                    candidates: vec![0],
+                    escape: Some(0),
+                },
+                AdaptiveEntry {
+                    candidates: vec![1, 2],
+                    escape: Some(1),
+                },
+            ],
+        }),
+        VcPolicy::Keep,
+    );
+    let wires = vec![
+        (End::Host(0), End::Sw(0, 0)),
+        (End::Host(1), End::Sw(0, 1)),
+        (End::Host(2), End::Sw(0, 2)),
+    ];
+    let mut net = Net::new(3, 1, vec![sw], wires);
+    net.hosts[1].consume = false;
+    for m in 0..20 {
+        net.hosts[0].to_send.extend(packet(0, 1, m, 2, 0));
+    }
+    net.run_for(10_000_000);
+    let via1 = net.hosts[1].link.pending_rx();
+    let via2 = net.hosts[2].received.len();
+    assert_eq!(via1 + via2, 40, "all flits delivered somewhere");
+    assert!(
+        via1 <= 8 && via2 >= 32,
+        "via port 1: {via1}, via port 2: {via2}"
+    );
+    assert_eq!(net.total_drops(), 0);
+}
+
+#[test]
+fn vct_never_splits_a_blocked_packet_across_switches() {
+    let net = backpressure(Switching::VirtualCutThrough);
+    for s in &net.switches {
+        // 8-flit buffers hold exactly two 4-flit packets, whole.
+        let c = s.counters();
+        assert_eq!(c.ports[0].vcs[0].occupancy % 4, 0);
+    }
+}
+
+#[test]
+fn config_is_validated() {
+    let mut c = sw_cfg(2, 1, Switching::VirtualCutThrough);
+    c.max_packet_flits = 9;
+    assert!(matches!(
+        Switch::new(c),
+        Err(ConfigError::Invalid {
+            field: "switch.max_packet_flits",
+            ..
+        })
+    ));
+    let c = sw_cfg(0, 1, Switching::Wormhole);
+    assert!(Switch::new(c).is_err());
+    let c = sw_cfg(2, 16, Switching::Wormhole);
+    assert!(Switch::new(c).is_err());
+}
+
+/// Throughput of one switch (2 ports) with host links on both sides:
+/// `cargo test --release -p flitnet-core switch_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark; run in release"]
+fn switch_throughput() {
+    use std::time::{Duration, Instant};
+    let hcfg = LinkConfig {
+        buffer_depth: 64,
+        credit_coalesce_ns: 1_000,
+        ..link_cfg()
+    };
+    let cfg = SwitchConfig {
+        buffer_depth: 64,
+        link: LinkConfig {
+            propagation_ns: 0,
+            ..hcfg.clone()
+        },
+        ..sw_cfg(2, 1, Switching::Wormhole)
+    };
+    let hcfg = LinkConfig {
+        propagation_ns: 0,
+        ..hcfg
+    };
+    let mut sw = Switch::new(cfg).unwrap();
+    sw.install_table(lft(&[Some(0), Some(1)]), VcPolicy::Keep);
+    let mut a = Link::with_epoch(hcfg.clone(), 7).unwrap();
+    let mut b = Link::with_epoch(hcfg, 8).unwrap();
+    let mut buf = Vec::new();
+    let (mut now, mut delivered, mut m) = (0u64, 0u64, 0u64);
+    let mut in_switch = Duration::ZERO;
+    let mut pending: VecDeque<Flit> = VecDeque::new();
+    let target = 2_000_000u64;
+    let start = Instant::now();
+    while delivered < target {
+        now += 1_000;
+        if pending.is_empty() {
+            pending.extend(packet(0, 1, m, 8, 0));
+            m += 1;
+        }
+        while let Some(f) = pending.front() {
+            if !a.can_send(f.vc) {
+                break;
+            }
+            a.send(pending.pop_front().unwrap()).unwrap();
+            if pending.is_empty() {
+                pending.extend(packet(0, 1, m, 8, 0));
+                m += 1;
+            }
+        }
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        while a.poll_transmit(now, &mut buf) {
+            let t = Instant::now();
+            let _ = sw.handle_datagram(now, 0, Bytes::copy_from_slice(&buf));
+            in_switch += t.elapsed();
+        }
+        while b.poll_transmit(now, &mut buf) {
+            let t = Instant::now();
+            let _ = sw.handle_datagram(now, 1, Bytes::copy_from_slice(&buf));
+            in_switch += t.elapsed();
+        }
+        let t = Instant::now();
+        sw.handle_timeout(now);
+        in_switch += t.elapsed();
+        loop {
+            let t = Instant::now();
+            let p = sw.poll_transmit(now, &mut buf);
+            in_switch += t.elapsed();
+            match p {
+                Some(0) => {
+                    let _ = a.handle_datagram_slice(now, &buf);
+                }
+                Some(_) => {
+                    let _ = b.handle_datagram_slice(now, &buf);
+                }
+                None => break,
+            }
+        }
+        while let Some(f) = b.poll_received() {
+            b.release(f.vc, 1).unwrap();
+            delivered += 1;
+        }
+    }
+    let total = start.elapsed();
+    assert_eq!(sw.counters().drops.total(), 0);
+    eprintln!(
+        "{delivered} flits: {:.2} M flits/s in the switch alone, {:.2} M flits/s end to end ({} datagrams into the switch)",
+        delivered as f64 / in_switch.as_secs_f64() / 1e6,
+        delivered as f64 / total.as_secs_f64() / 1e6,
+        sw.counters().ports[0].rx_datagrams,
+    );
+}
+
+mod random_traffic {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+        /// Random packets between the four hosts of a radix-4 switch, with
+        /// sinks pausing at random: everything arrives, in order, with no
+        /// drop and no buffer over its depth.
+        #[test]
+        fn everything_arrives_in_order(
+            pkts in proptest::collection::vec((0usize..4, 0usize..4, 1u32..6, 0u8..2), 1..60),
+            vct in any::<bool>(),
+            pauses in proptest::collection::vec((0usize..4, 1u64..200_000), 0..10),
+        ) {
+            let switching = if vct { Switching::VirtualCutThrough } else { Switching::Wormhole };
+            let mut cfg = sw_cfg(4, 2, switching);
+            cfg.max_packet_flits = 5;
+            let mut sw = Switch::new(cfg).unwrap();
+            sw.install_table(lft(&[Some(0), Some(1), Some(2), Some(3)]), VcPolicy::Keep);
+            let wires = (0..4).map(|h| (End::Host(h), End::Sw(0, h as PortNo))).collect();
+            let mut net = Net::new(4, 2, vec![sw], wires);
+            let mut expect: HashMap<u64, (usize, u32)> = HashMap::new();
+            for (m, &(src, dst, len, vc)) in pkts.iter().enumerate() {
+                net.hosts[src].to_send.extend(packet(src as HostId, dst as HostId, m as u64, len, vc));
+                expect.insert(m as u64, (dst, len));
+            }
+            net.run_for(2_000_000);
+            for &(h, dt) in &pauses {
+                net.hosts[h].consume = false;
+                net.run_for(dt);
+                net.hosts[h].consume = true;
+            }
+            net.run_for(20_000_000);
+            prop_assert_eq!(net.total_drops(), 0);
+            for (h, host) in net.hosts.iter().enumerate() {
+                let mut next: HashMap<u64, u32> = HashMap::new();
+                for f in &host.received {
+                    let n = next.entry(f.msg).or_default();
+                    prop_assert_eq!(f.seq, *n);
+                    *n += 1;
+                    prop_assert_eq!(expect[&f.msg].0, h);
+                }
+                for (m, n) in next {
+                    prop_assert_eq!(expect[&m].1, n);
+                }
+            }
+            let delivered: usize = net.hosts.iter().map(|h| h.received.len()).sum();
+            prop_assert_eq!(delivered as u32, pkts.iter().map(|p| p.2).sum::<u32>());
+            for p in &net.switches[0].counters().ports {
+                for v in &p.vcs {
+                    prop_assert!(v.max_occupancy <= 8);
+                }
+            }
+        }
+    }
+}
+
+/// Mutated copies of real datagrams (CRC fixed, so the flits inside get
+/// decoded and routed) never make the switch panic or overfill a buffer.
+#[test]
+fn switch_survives_mutated_datagrams() {
+    use rand::{Rng, SeedableRng};
+    let mut net = chain(1, 2, Switching::Wormhole);
+    net.run_for(3_000_000);
+    // Capture what host 0 sends for a few packets.
+    for m in 0..6 {
+        net.hosts[0]
+            .to_send
+            .extend(packet(0, m % 3, m as u64, 3, (m % 2) as u8));
+    }
+    let mut captured = Vec::new();
+    let mut buf = Vec::new();
+    {
+        let h = &mut net.hosts[0];
+        while let Some(f) = h.to_send.pop_front() {
+            if h.link.send(f).is_err() {
+                break;
+            }
+        }
+        while h.link.poll_transmit(net.now, &mut buf) {
+            captured.push(buf.clone());
+        }
+    }
+    assert!(!captured.is_empty());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let sw = &mut net.switches[0];
+    let mut now = net.now;
+    for _ in 0..20_000 {
+        let mut d = captured[rng.gen_range(0..captured.len())].clone();
+        for _ in 0..rng.gen_range(1..4) {
+            let i = rng.gen_range(wire::HEADER_LEN.min(d.len() - 1)..d.len());
+            d[i] = rng.gen();
+        }
+        // Keep the header's sequence moving so datagrams are not stale.
+        d[5..9].copy_from_slice(&rng.gen::<u32>().to_le_bytes());
+        let crc = {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&d[..11]);
+            h.update(&d[15..]);
+            h.finalize()
+        };
+        d[11..15].copy_from_slice(&crc.to_le_bytes());
+        now += 50;
+        let _ = sw.handle_datagram_slice(now, 0, &d);
+        sw.handle_timeout(now + 100);
+        while sw.poll_transmit(now + 100, &mut buf).is_some() {}
+        for vc in 0..2 {
+            assert!(sw.input_occupancy(0, vc).unwrap() <= 8);
+        }
+    }
+    let c = sw.counters();
+    assert!(
+        c.drops.total() > 0,
+        "mutations must cause drops: {:?}",
+        c.drops
+    );
+}

@@ -1,0 +1,73 @@
+//! VC allocation: which output VC a packet takes (the [`VcPolicy`]) and
+//! whether it may claim it now (free, and for virtual cut-through, with
+//! credits for the whole packet).
+
+use crate::flit::Head;
+use crate::routing::VcPolicy;
+
+/// The output VC for a packet arriving on `in_vc` of `in_port` and leaving
+/// by `out_port`. With `Dateline`, VCs come in pairs (`base` = the even VC of
+/// the pair): entering a new dimension (or the fabric) resets to `base`,
+/// leaving through a dateline port moves to `base + 1` (Dally–Seitz).
+pub fn output_vc(policy: &VcPolicy, in_port: usize, in_vc: u8, out_port: usize) -> u8 {
+    match policy {
+        VcPolicy::Keep => in_vc,
+        VcPolicy::Dateline { port_dim, dateline } => {
+            let dim = |p: usize| port_dim.get(p).copied().flatten();
+            let base = in_vc & !1;
+            let in_dim = dim(in_port);
+            let out_dim = dim(out_port);
+            let mut vc = if in_dim.is_none() || in_dim != out_dim {
+                base
+            } else {
+                in_vc
+            };
+            if dateline.get(out_port).copied().unwrap_or(false) {
+                vc = base + 1;
+            }
+            vc
+        }
+    }
+}
+
+/// Credits a virtual cut-through head needs downstream: the whole packet,
+/// which is at most `max_packet_flits` and at most what is left of the
+/// message (`msg_flits - seq`, when the head says how long the message is).
+pub fn vct_need(max_packet_flits: u16, head: &Head, seq: u32) -> u16 {
+    let left = head.msg_flits.saturating_sub(seq);
+    if left == 0 {
+        max_packet_flits
+    } else {
+        (left.min(max_packet_flits as u32) as u16).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dateline_moves_to_the_upper_vc_on_the_wrap_link() {
+        // Ports 0,1: dimension 0 (port 1 is the wrap link); port 2: host.
+        let p = VcPolicy::Dateline {
+            port_dim: vec![Some(0), Some(0), None],
+            dateline: vec![false, true, false],
+        };
+        assert_eq!(output_vc(&p, 2, 0, 0), 0, "injection: base VC");
+        assert_eq!(output_vc(&p, 0, 0, 1), 1, "crossing the dateline");
+        assert_eq!(output_vc(&p, 0, 1, 0), 1, "same ring: keeps VC 1");
+        assert_eq!(output_vc(&p, 0, 1, 2), 0, "ejection: base VC");
+        assert_eq!(output_vc(&VcPolicy::Keep, 0, 1, 2), 1);
+    }
+
+    #[test]
+    fn vct_needs_the_rest_of_the_packet() {
+        let h = Head {
+            msg_flits: 3,
+            ..Head::default()
+        };
+        assert_eq!(vct_need(8, &h, 0), 3);
+        assert_eq!(vct_need(2, &h, 0), 2);
+        assert_eq!(vct_need(8, &Head::default(), 0), 8);
+    }
+}

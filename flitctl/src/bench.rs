@@ -1,0 +1,822 @@
+//! `flitctl bench datapath`: how fast the emulated data path is, always as a
+//! ratio to something measured in the same run on the same machine.
+//!
+//! * **Socket ceiling.** A minimal UDP forwarder (the runtime's own
+//!   `recvmmsg`→`sendmmsg` transport, no flits, no credits) between a
+//!   blasting sender and a receiver on loopback: datagrams/s it moves.
+//! * **One switchd.** Two real `hostd` processes around one `switchd` at
+//!   full offered load: flits/s and datagrams/s the switch forwards, as a
+//!   multiple of the ceiling (bundling puts many flits in one datagram).
+//! * **Latency.** Message latency host→switch→host at 10/50/90 % of the
+//!   switch's saturation rate, beside the baseline forwarder's datagram
+//!   latency at the same datagram rate.
+//! * **Fabric.** A 4-ary 2-tree under uniform traffic: accepted throughput
+//!   as a fraction of the configured link bandwidth.
+//! * **Scale.** Bring-up time and resident memory (VmRSS) per process of a
+//!   4-ary 3-tree (112 processes) and an 8-ary 3-tree (704), and whether a
+//!   low-load all-to-all delivers every message.
+//!
+//! Timer lateness (the emulation's dilation) comes from the daemons' event
+//! loops, which add it to their `Report` answers.
+
+use crate::fabric::{Fabric, LaunchOptions};
+use crate::report::{self, RunReport};
+use crate::up::{compute_routes, parse_duration};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use flitnet_core::control::PortPeer;
+use flitnet_core::control::{FabricParams, SwitchingMode, TrafficSpec};
+use flitnet_core::topology::{generators, FaultSet, NodeRef, Topology};
+use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::transport::{UdpTransport, RECV_SLOTS};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug, Clone)]
+pub struct DatapathArgs {
+    /// Directory holding the `switchd` and `hostd` to measure (default: the
+    /// one `flitctl` is in). Point it at an older build to compare.
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Length of each measurement window.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Sections to run, comma separated: forwarding, latency, fabric, scale.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "forwarding,latency,fabric,scale"
+    )]
+    pub only: Vec<String>,
+    /// Leave the 704-process 8-ary 3-tree out of the scale section.
+    #[arg(long)]
+    pub skip_large: bool,
+    /// Print the results as JSON as well.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for configs and logs (default: a fresh temp dir).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+/// Runs the benchmark and prints its results.
+pub fn run_datapath(args: DatapathArgs) -> Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: flitctl is a debug build; benchmark a --release build");
+    }
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("flitctl has no directory")?
+            .to_path_buf(),
+    };
+    for b in ["switchd", "hostd"] {
+        if !bin_dir.join(b).exists() {
+            bail!("{}: no {b} there", bin_dir.display());
+        }
+    }
+    let run_dir = args.run_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("flitnet-bench-{}", std::process::id()))
+    });
+    let b = Bench {
+        bin_dir,
+        run_dir,
+        window: args.window,
+    };
+    println!("load average before: {}", loadavg());
+    let want = |s: &str| args.only.iter().any(|o| o == s);
+    let mut out = json!({});
+    let mut saturation = None;
+    if want("forwarding") || want("latency") {
+        let fwd = b.forwarding()?;
+        saturation = Some(fwd.clone());
+        out["forwarding"] = fwd.to_json();
+    }
+    if want("latency") {
+        let sat = saturation.as_ref().expect("measured above");
+        out["latency"] = b.latency(sat)?;
+    }
+    if want("fabric") {
+        out["fabric"] = b.fabric_throughput()?;
+    }
+    if want("scale") {
+        let mut scale = vec![b.scale(4, 3)?];
+        if !args.skip_large {
+            scale.push(b.scale(8, 3)?);
+        }
+        out["scale"] = Value::Array(scale);
+    }
+    println!(
+        "load average after: {} (other work on the machine skews every figure)",
+        loadavg()
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    let _ = std::fs::remove_dir_all(&b.run_dir);
+    Ok(())
+}
+
+struct Bench {
+    bin_dir: PathBuf,
+    run_dir: PathBuf,
+    window: Duration,
+}
+
+/// What one switchd forwarded at saturation, beside the socket ceiling.
+#[derive(Clone, Debug)]
+struct Forwarding {
+    /// Most the switch forwarded with paced links (the latency runs pace).
+    paced_flits_per_s: f64,
+    switch_flits_per_s: f64,
+    switch_datagrams_per_s: f64,
+    mean_datagram_bytes: f64,
+    baseline_datagrams_per_s: f64,
+    lateness: Value,
+    transport: Value,
+}
+
+impl Forwarding {
+    fn to_json(&self) -> Value {
+        json!({
+            "paced_saturation_flits_per_s": self.paced_flits_per_s,
+            "switch_flits_per_s": self.switch_flits_per_s,
+            "switch_datagrams_per_s": self.switch_datagrams_per_s,
+            "flits_per_datagram": self.switch_flits_per_s / self.switch_datagrams_per_s.max(1.0),
+            "mean_datagram_bytes": self.mean_datagram_bytes,
+            "baseline_datagrams_per_s": self.baseline_datagrams_per_s,
+            "flits_vs_baseline": self.switch_flits_per_s / self.baseline_datagrams_per_s.max(1.0),
+            "datagrams_vs_baseline": self.switch_datagrams_per_s / self.baseline_datagrams_per_s.max(1.0),
+            "switch_timer_lateness": self.lateness,
+            "switch_transport": self.transport,
+        })
+    }
+}
+
+/// Sum of a numeric field over the switch's ports (`vcs` = per-VC field).
+fn port_sum(report: &Value, field: &str, per_vc: bool) -> u64 {
+    let Some(ports) = report["ports"].as_array() else {
+        return 0;
+    };
+    ports
+        .iter()
+        .map(|p| {
+            if per_vc {
+                p["vcs"]
+                    .as_array()
+                    .map(|v| v.iter().map(|vc| vc[field].as_u64().unwrap_or(0)).sum())
+                    .unwrap_or(0)
+            } else {
+                p[field].as_u64().unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", x * 100.0)
+}
+
+fn lateness_text(v: &Value) -> String {
+    if v.is_null() {
+        return "n/a (daemon does not report it)".into();
+    }
+    format!(
+        "p50 {:.1} us, p99 {:.1} us, max {:.1} us over {} timers",
+        v["p50_ns"].as_f64().unwrap_or(0.0) / 1e3,
+        v["p99_ns"].as_f64().unwrap_or(0.0) / 1e3,
+        v["max_ns"].as_f64().unwrap_or(0.0) / 1e3,
+        v["timers"]
+    )
+}
+
+impl Bench {
+    fn launch(
+        &self,
+        topo: Topology,
+        params: FabricParams,
+        tag: &str,
+    ) -> Result<(Fabric, Duration)> {
+        let opts = LaunchOptions {
+            params,
+            subnet: None,
+            run_dir: self.run_dir.join(tag),
+            bin_dir: self.bin_dir.clone(),
+            metrics: false,
+            seed: 1,
+            ready_timeout: Duration::from_secs(120),
+            events_addr: None,
+        };
+        let started = Instant::now();
+        let fabric = Fabric::launch(topo, &opts)?;
+        let took = started.elapsed();
+        let tables = compute_routes(&fabric.topo, "auto", &FaultSet::none())?;
+        fabric.install_routes(&tables)?;
+        Ok((fabric, took))
+    }
+
+    /// Two hosts around one switch, link pacing at `bandwidth` flits/s.
+    fn pair_params(bandwidth: Option<u64>) -> FabricParams {
+        FabricParams {
+            vcs: 2,
+            buffer_depth: 128,
+            switching: SwitchingMode::Wormhole,
+            bandwidth_flits_per_s: bandwidth,
+            propagation_ns: 1_000,
+            keepalive_interval_ns: 100_000_000,
+            dead_after_ns: 2_000_000_000,
+            mtu: 1400,
+            flit_payload: 16,
+            max_packet_flits: 8,
+            recovery: Default::default(),
+        }
+    }
+
+    fn traffic(pattern: &str, load: f64, duration: Duration) -> TrafficSpec {
+        TrafficSpec {
+            pattern: pattern.into(),
+            load,
+            message_flits: 8,
+            duration_ns: duration.as_nanos() as u64,
+            rounds: 1,
+            seed: 7,
+        }
+    }
+
+    fn switch_report(fabric: &Fabric) -> Result<Value> {
+        let reports = fabric.reports(false)?;
+        Ok(reports.into_iter().next().context("no switch")?.1)
+    }
+
+    /// Runs the 2-host fabric at `load` of `bandwidth`; returns the switch
+    /// rates over the measurement window and the hosts' reports after.
+    fn pair_run(
+        &self,
+        bandwidth: Option<u64>,
+        load: f64,
+        tag: &str,
+    ) -> Result<(f64, f64, f64, Value, Vec<Value>)> {
+        let topo = generators::kary_ntree(2, 1)?;
+        let (fabric, _) = self.launch(topo, Self::pair_params(bandwidth), tag)?;
+        let warmup = Duration::from_millis(500);
+        fabric.start_traffic(&Self::traffic("uniform", load, warmup + self.window))?;
+        std::thread::sleep(warmup);
+        let (t0, r0) = (Instant::now(), Self::switch_report(&fabric)?);
+        std::thread::sleep(self.window);
+        let r1 = Self::switch_report(&fabric)?;
+        let dt = t0.elapsed().as_secs_f64();
+        let d = |f: &str, vc: bool| (port_sum(&r1, f, vc) - port_sum(&r0, f, vc)) as f64;
+        let flits = d("rx_flits", true) / dt;
+        let dgrams = d("rx_datagrams", false) / dt;
+        let bytes = d("rx_bytes", false) / d("rx_datagrams", false).max(1.0);
+        let hosts = report::drain(&fabric, Duration::from_secs(5))?;
+        fabric.shutdown()?;
+        Ok((
+            flits,
+            dgrams,
+            bytes,
+            r1,
+            hosts.into_iter().map(|(_, v)| v).collect(),
+        ))
+    }
+
+    fn forwarding(&self) -> Result<Forwarding> {
+        println!("== forwarding: one switchd between two hostd vs a bare UDP forwarder");
+        // Raise the link rate until the switch no longer keeps up with what
+        // the hosts offer: pacing far above the machine's speed would only
+        // make the hosts burn CPU on messages their full queues refuse.
+        let mut best: Option<(u64, f64, f64, f64, Value)> = None;
+        let mut bandwidth = 250_000u64;
+        while bandwidth <= 16_000_000 {
+            let (flits, dgrams, bytes, sw, _) =
+                self.pair_run(Some(bandwidth), 1.0, &format!("fwd{bandwidth}"))?;
+            println!("  (2 hosts offering {bandwidth} flits/s each: switch forwarded {flits:.0} flits/s)");
+            let saturated = flits < 0.8 * 2.0 * bandwidth as f64;
+            if best.as_ref().is_none_or(|b| flits > b.1) {
+                best = Some((bandwidth, flits, dgrams, bytes, sw));
+            }
+            if saturated {
+                break;
+            }
+            bandwidth *= 2;
+        }
+        let paced_flits_per_s = best.as_ref().map(|b| b.1).unwrap_or(0.0);
+        // Unpaced links (bandwidth None): the hosts offer 1 M flits/s each
+        // and the switch sends as soon as credits allow, so bundling is
+        // limited only by how many flits wait per event-loop round.
+        let (flits, dgrams, bytes, sw, _) = self.pair_run(None, 1.0, "fwd-unpaced")?;
+        println!("  (unpaced links, hosts offering 1000000 flits/s each: switch forwarded {flits:.0} flits/s, {:.1} flits/datagram)", flits / dgrams.max(1.0));
+        if best.as_ref().is_none_or(|b| flits > b.1) {
+            best = Some((0, flits, dgrams, bytes, sw));
+        }
+        let (paced, flits, dgrams, bytes, sw) = best.expect("at least one run");
+        let paced = if paced == 0 {
+            "unpaced links".to_string()
+        } else {
+            format!("links paced at {paced} flits/s")
+        };
+        println!("  best: {paced}");
+        let datagram = (bytes.round() as usize).clamp(32, 1400);
+        let base = baseline(datagram, None, self.window)?;
+        let f = Forwarding {
+            paced_flits_per_s,
+            switch_flits_per_s: flits,
+            switch_datagrams_per_s: dgrams,
+            mean_datagram_bytes: bytes,
+            baseline_datagrams_per_s: base.datagrams_per_s,
+            lateness: sw["timer_lateness"].clone(),
+            transport: sw["transport"].clone(),
+        };
+        println!(
+            "  switchd:  {:>12.0} flits/s  {:>10.0} datagrams/s  ({:.1} flits/datagram, {:.0} B mean)",
+            flits,
+            dgrams,
+            flits / dgrams.max(1.0),
+            bytes
+        );
+        println!(
+            "  baseline: {:>12} {:>10.0} datagrams/s  of {datagram} B (recvmmsg->sendmmsg forwarder)",
+            "", base.datagrams_per_s
+        );
+        println!(
+            "  ratio:    switchd flits/s = {:.2} x baseline datagrams/s; switchd datagrams/s = {:.2} x baseline",
+            flits / base.datagrams_per_s.max(1.0),
+            dgrams / base.datagrams_per_s.max(1.0)
+        );
+        println!("  switchd timer lateness: {}", lateness_text(&f.lateness));
+        if let Some(t) = f.transport.as_object() {
+            let per = |a: &str, b: &str| {
+                t[a].as_f64().unwrap_or(0.0) / t[b].as_f64().unwrap_or(0.0).max(1.0)
+            };
+            println!(
+                "  switchd datagrams per syscall: rx {:.2}, tx {:.2}",
+                per("rx_datagrams", "rx_syscalls"),
+                per("tx_datagrams", "tx_syscalls")
+            );
+        }
+        Ok(f)
+    }
+
+    fn latency(&self, sat: &Forwarding) -> Result<Value> {
+        println!("== latency: message host->switchd->host vs datagram sender->forwarder->receiver");
+        // Each host injects half of what the switch forwarded at saturation.
+        // Paced links bundle fewer flits per datagram (one wake-up per few
+        // tokens), so the saturation that matters is the paced one.
+        let per_host = (sat.paced_flits_per_s / 2.0).max(1_000.0) as u64;
+        println!("  (links paced at {per_host} flits/s: half the paced saturation rate)");
+        let mut rows = Vec::new();
+        for load in [0.1, 0.5, 0.9] {
+            let (flits, dgrams, _, sw, hosts) = self.pair_run(
+                Some(per_host),
+                load,
+                &format!("lat{}", (load * 100.0) as u32),
+            )?;
+            let p = |q: &str| {
+                hosts
+                    .iter()
+                    .map(|h| h["latency_ns"][q].as_f64().unwrap_or(0.0))
+                    .fold(0.0, f64::max)
+            };
+            let (p50, p99) = (p("p50"), p("p99"));
+            let base = baseline(
+                sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize,
+                Some(dgrams.max(100.0)),
+                self.window,
+            )?;
+            if base.p50_ns == 0.0 {
+                println!("  {:>3.0} % load: the baseline receiver got nothing (starved by other work); no ratio", load * 100.0);
+            }
+            // What the emulation itself must add at zero load: two
+            // propagation delays, plus serialisation of whatever part of an
+            // 8-flit message exceeds the links' 16-flit token burst (none).
+            let bw = per_host as f64;
+            let ideal_ns = 2.0 * 1_000.0 + (8.0 - 16.0f64).max(0.0) / bw * 1e9;
+            println!(
+                "  {:>3.0} % load ({:.0} flits/s, {:.0} datagrams/s): switchd p50 {:.1} us p99 {:.1} us (emulated ideal {:.1} us, p50 overhead {:.1} us) | baseline p50 {:.1} us p99 {:.1} us | p50 ratio {:.2}, overhead/baseline {:.2}",
+                load * 100.0,
+                flits,
+                dgrams,
+                p50 / 1e3,
+                p99 / 1e3,
+                ideal_ns / 1e3,
+                (p50 - ideal_ns) / 1e3,
+                base.p50_ns / 1e3,
+                base.p99_ns / 1e3,
+                p50 / base.p50_ns.max(1.0),
+                (p50 - ideal_ns) / base.p50_ns.max(1.0)
+            );
+            println!(
+                "        switchd timer lateness: {}",
+                lateness_text(&sw["timer_lateness"])
+            );
+            rows.push(json!({
+                "load": load, "flits_per_s": flits, "datagrams_per_s": dgrams,
+                "switch_p50_ns": p50, "switch_p99_ns": p99,
+                "baseline_p50_ns": base.p50_ns, "baseline_p99_ns": base.p99_ns,
+                "p50_ratio": p50 / base.p50_ns.max(1.0),
+                "emulated_ideal_ns": ideal_ns,
+                "switch_timer_lateness": sw["timer_lateness"],
+            }));
+        }
+        Ok(Value::Array(rows))
+    }
+
+    fn fabric_throughput(&self) -> Result<Value> {
+        println!("== fabric: 4-ary 2-tree, uniform traffic at full offered load");
+        // A rate the machine can emulate faithfully, and the default of the
+        // data-plane tests: when the fabric needs more CPU than there is,
+        // the second figure shows it.
+        let mut rows = Vec::new();
+        for bandwidth in [5_000u64, 50_000] {
+            rows.push(self.fabric_at(bandwidth)?);
+        }
+        Ok(Value::Array(rows))
+    }
+
+    fn fabric_at(&self, bandwidth: u64) -> Result<Value> {
+        let topo = generators::kary_ntree(4, 2)?;
+        let hosts = topo.num_hosts();
+        let mut params = Self::pair_params(Some(bandwidth));
+        params.buffer_depth = 16;
+        params.propagation_ns = 10_000;
+        let (fabric, took) = self.launch(topo.clone(), params, &format!("fabric{bandwidth}"))?;
+        let duration = Duration::from_secs(3).max(self.window);
+        let spec = Self::traffic("uniform", 1.0, duration);
+        fabric.start_traffic(&spec)?;
+        std::thread::sleep(duration);
+        let reports = report::drain(&fabric, Duration::from_secs(5))?;
+        let switches = fabric.reports(false)?;
+        let lateness: Vec<f64> = switches
+            .iter()
+            .map(|(_, r)| r["timer_lateness"]["p99_ns"].as_f64().unwrap_or(0.0))
+            .collect();
+        let run = RunReport::build(&topo, "auto", &spec, reports, switches, vec![], took);
+        fabric.shutdown()?;
+        let fraction = run.accepted_flits_per_s / (hosts as f64 * bandwidth as f64);
+        let worst_lateness = lateness.iter().cloned().fold(0.0, f64::max);
+        println!(
+            "  links at {bandwidth} flits/s: accepted {:.0} flits/s over {hosts} hosts = {} of link bandwidth; lossless: {}; worst switch timer p99 lateness {:.1} us",
+            run.accepted_flits_per_s,
+            pct(fraction),
+            run.lossless,
+            worst_lateness / 1e3
+        );
+        Ok(json!({
+            "link_flits_per_s": bandwidth,
+            "accepted_flits_per_s": run.accepted_flits_per_s,
+            "fraction_of_link_bandwidth": fraction,
+            "lossless": run.lossless,
+            "latency": run.latency,
+            "worst_switch_lateness_p99_ns": worst_lateness,
+        }))
+    }
+
+    fn scale(&self, k: u32, n: u32) -> Result<Value> {
+        let topo = generators::kary_ntree(k, n)?;
+        let procs = topo.num_hosts() + topo.num_switches();
+        println!("== scale: {k}-ary {n}-tree, {procs} processes");
+        let params = FabricParams {
+            vcs: 2,
+            buffer_depth: 16,
+            switching: SwitchingMode::Wormhole,
+            bandwidth_flits_per_s: Some(100_000),
+            propagation_ns: 10_000,
+            // Idle daemons must cost next to nothing: two keepalives a second.
+            keepalive_interval_ns: 500_000_000,
+            dead_after_ns: 5_000_000_000,
+            mtu: 1400,
+            flit_payload: 16,
+            max_packet_flits: 8,
+            recovery: Default::default(),
+        };
+        let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
+        let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());
+        std::thread::sleep(Duration::from_secs(2));
+        let idle_cpu = cpu_ns(&fabric).saturating_sub(cpu0) as f64 / t0.elapsed().as_nanos() as f64;
+        let rss: Vec<(bool, [u64; 3])> = fabric
+            .daemons
+            .iter()
+            .map(|d| (matches!(d.node, NodeRef::Switch(_)), rss_kib(d.pid)))
+            .collect();
+        let stat = |switch: bool, k: usize| {
+            let v: Vec<u64> = rss
+                .iter()
+                .filter(|r| r.0 == switch)
+                .map(|r| r.1[k])
+                .collect();
+            let max = v.iter().copied().max().unwrap_or(0);
+            let mean = v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+            (max, mean)
+        };
+        let (sw_max, sw_mean) = stat(true, 0);
+        let (h_max, h_mean) = stat(false, 0);
+        let (sw_anon, _) = stat(true, 1);
+        let (h_anon, _) = stat(false, 1);
+        let (sw_pss, _) = stat(true, 2);
+        let (h_pss, _) = stat(false, 2);
+        let hosts = topo.num_hosts() as u64;
+        // One flit per message and a low rate: every pair exactly once,
+        // without loading 2 cores with hundreds of busy processes.
+        let per_host_flits_per_s = if hosts > 100 { 50.0 } else { 100.0 };
+        let expected = hosts * (hosts - 1);
+        let mut spec = Self::traffic(
+            "all-to-all",
+            per_host_flits_per_s / 100_000.0,
+            Duration::ZERO,
+        );
+        spec.message_flits = 1;
+        // The sources stop by themselves after the last destination; the
+        // duration only bounds a run the machine cannot keep up with.
+        let nominal = (hosts - 1) as f64 / per_host_flits_per_s;
+        let budget = Duration::from_secs_f64(nominal * 6.0 + 10.0);
+        spec.duration_ns = budget.as_nanos() as u64;
+        let started = Instant::now();
+        fabric.start_traffic(&spec)?;
+        std::thread::sleep(Duration::from_secs_f64(nominal));
+        while started.elapsed() < budget {
+            let delivered: u64 = fabric
+                .reports(true)?
+                .iter()
+                .map(|(_, r)| r["sink"]["delivered_messages"].as_u64().unwrap_or(0))
+                .sum();
+            if delivered >= expected {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let all_to_all_s = started.elapsed().as_secs_f64();
+        println!(
+            "  all-to-all took {all_to_all_s:.1} s (nominal {nominal:.1} s at the offered rate)"
+        );
+        let reports = report::drain(&fabric, Duration::from_secs(30))?;
+        let switches = fabric.reports(false)?;
+        let run = RunReport::build(&topo, "auto", &spec, reports, switches, vec![], took);
+        fabric.shutdown()?;
+        let delivered_all = run.lossless && run.totals.messages_delivered == expected;
+        println!(
+            "  bring-up {:.2} s; VmRSS switchd max {:.2} MiB (mean {:.2}), hostd max {:.2} MiB (mean {:.2}); idle CPU {:.2} cores for {procs} processes",
+            took.as_secs_f64(),
+            sw_max as f64 / 1024.0,
+            sw_mean / 1024.0,
+            h_max as f64 / 1024.0,
+            h_mean / 1024.0,
+            idle_cpu
+        );
+        println!(
+            "  private (RssAnon) max: switchd {:.2} MiB, hostd {:.2} MiB; Pss max: switchd {:.2} MiB, hostd {:.2} MiB",
+            sw_anon as f64 / 1024.0,
+            h_anon as f64 / 1024.0,
+            sw_pss as f64 / 1024.0,
+            h_pss as f64 / 1024.0
+        );
+        println!(
+            "  all-to-all (1 flit, {per_host_flits_per_s} flits/s per host): delivered {}/{expected}, lossless {} -> {}",
+            run.totals.messages_delivered,
+            run.lossless,
+            if delivered_all { "OK" } else { "FAILED" }
+        );
+        Ok(json!({
+            "k": k, "n": n, "processes": procs, "bring_up_s": took.as_secs_f64(),
+            "switchd_rss_kib_max": sw_max, "switchd_rss_kib_mean": sw_mean,
+            "hostd_rss_kib_max": h_max, "hostd_rss_kib_mean": h_mean,
+            "switchd_rss_anon_kib_max": sw_anon, "hostd_rss_anon_kib_max": h_anon,
+            "switchd_pss_kib_max": sw_pss, "hostd_pss_kib_max": h_pss,
+            "idle_cpu_cores": idle_cpu,
+            "all_to_all_expected": expected, "all_to_all_delivered": run.totals.messages_delivered,
+            "lossless": run.lossless, "delivered_all": delivered_all,
+        }))
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// A `Field:   N kB` line of a /proc file, in KiB (0 if absent).
+fn proc_kib(path: &str, field: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Resident memory of a process in KiB: VmRSS (shared text counted in
+/// full), RssAnon (its private heap and stacks) and Pss (shared pages
+/// divided among the processes mapping them).
+fn rss_kib(pid: u32) -> [u64; 3] {
+    [
+        proc_kib(&format!("/proc/{pid}/status"), "VmRSS:"),
+        proc_kib(&format!("/proc/{pid}/status"), "RssAnon:"),
+        proc_kib(&format!("/proc/{pid}/smaps_rollup"), "Pss:"),
+    ]
+}
+
+/// CPU time of every daemon of `fabric`, in ns (from /proc/PID/schedstat,
+/// which counts nanoseconds where /proc/PID/stat counts 10 ms ticks).
+fn cpu_ns(fabric: &Fabric) -> u64 {
+    fabric
+        .daemons
+        .iter()
+        .filter_map(|d| {
+            std::fs::read_to_string(format!("/proc/{}/schedstat", d.pid))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// What the baseline forwarder did.
+struct BaselineResult {
+    datagrams_per_s: f64,
+    p50_ns: f64,
+    p99_ns: f64,
+}
+
+/// Bytes of a baseline datagram's header: sequence number and send time.
+const STAMP: usize = 16;
+
+/// Sender → forwarder → receiver on loopback, one thread each. With `rate`
+/// None the sender blasts and the result is the forwarder's ceiling; with a
+/// rate it paces and the receiver records one-way latency.
+fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<BaselineResult> {
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let mut receiver = UdpTransport::bind(any, &[])?;
+    let mut sender = UdpTransport::bind(any, &[])?;
+    let r_addr = receiver.local_addr()?;
+    let s_addr = sender.local_addr()?;
+    let mut forwarder = UdpTransport::bind(
+        any,
+        &[
+            PortPeer {
+                port: 0,
+                peer: s_addr,
+            },
+            PortPeer {
+                port: 1,
+                peer: r_addr,
+            },
+        ],
+    )?;
+    let f_addr = forwarder.local_addr()?;
+    let to_forwarder = PortPeer {
+        port: 0,
+        peer: f_addr,
+    };
+    receiver.add_peer(&to_forwarder);
+    sender.add_peer(&to_forwarder);
+    for t in [&mut receiver, &mut sender, &mut forwarder] {
+        t.set_max_datagram(datagram.max(STAMP));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let datagram = datagram.max(STAMP);
+
+    let fwd_stop = stop.clone();
+    let fwd = std::thread::spawn(move || {
+        let mut bufs: Vec<Vec<u8>> = (0..RECV_SLOTS)
+            .map(|_| Vec::with_capacity(datagram))
+            .collect();
+        let ports = [1; RECV_SLOTS];
+        while !fwd_stop.load(Ordering::Relaxed) {
+            wait_readable(forwarder.raw_fd(), 20);
+            let mut n = 0;
+            forwarder.recv_batch(RECV_SLOTS, |_, d| {
+                bufs[n].clear();
+                bufs[n].extend_from_slice(d);
+                n += 1;
+            });
+            // A full socket buffer drops the rest, as a real forwarder would.
+            forwarder.send_batch(&ports[..n], &bufs[..n]);
+        }
+    });
+
+    let rx_stop = stop.clone();
+    let capacity = rate
+        .map(|r| (r * window.as_secs_f64() * 1.5) as usize + 1024)
+        .unwrap_or(0);
+    let rx = std::thread::spawn(move || {
+        let mut count = 0u64;
+        let mut first = None;
+        let mut last = 0;
+        let mut lat = Vec::with_capacity(capacity);
+        while !rx_stop.load(Ordering::Relaxed) {
+            wait_readable(receiver.raw_fd(), 20);
+            receiver.recv_batch(256, |_, d| {
+                let now = now_ns();
+                first.get_or_insert(now);
+                last = now;
+                count += 1;
+                if lat.len() < lat.capacity() {
+                    let sent = u64::from_le_bytes(d[8..16].try_into().unwrap_or_default());
+                    lat.push(now.saturating_sub(sent));
+                }
+            });
+        }
+        (
+            count,
+            first.map(|f| last.saturating_sub(f)).unwrap_or(0),
+            lat,
+        )
+    });
+
+    let mut payload: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; datagram]).collect();
+    let ports = [0; 32];
+    let start = Instant::now();
+    let mut seq = 0u64;
+    while start.elapsed() < window {
+        let n = match rate {
+            None => 32,
+            Some(r) => {
+                let due = (start.elapsed().as_secs_f64() * r) as u64;
+                let n = (due.saturating_sub(seq) as usize).min(32);
+                if n == 0 {
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                n
+            }
+        };
+        let now = now_ns();
+        for p in payload.iter_mut().take(n) {
+            p[..8].copy_from_slice(&seq.to_le_bytes());
+            p[8..16].copy_from_slice(&now.to_le_bytes());
+            seq += 1;
+        }
+        if sender.send_batch(&ports[..n], &payload[..n]) < n {
+            wait_writable(sender.raw_fd(), 5);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let _ = fwd.join();
+    let (count, span_ns, mut lat) = rx
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+    lat.sort_unstable();
+    let q = |f: f64| {
+        if lat.is_empty() {
+            0.0
+        } else {
+            lat[((lat.len() - 1) as f64 * f) as usize] as f64
+        }
+    };
+    Ok(BaselineResult {
+        datagrams_per_s: count as f64 / (span_ns.max(1) as f64 / 1e9),
+        p50_ns: q(0.5),
+        p99_ns: q(0.99),
+    })
+}
+
+fn poll_one(fd: i32, events: i16, timeout_ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) };
+}
+
+fn wait_readable(fd: i32, timeout_ms: i32) {
+    poll_one(fd, libc::POLLIN, timeout_ms)
+}
+
+fn wait_writable(fd: i32, timeout_ms: i32) {
+    poll_one(fd, libc::POLLOUT, timeout_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_forwards_and_times_datagrams() {
+        let blast = baseline(200, None, Duration::from_millis(200)).unwrap();
+        assert!(blast.datagrams_per_s > 100.0, "{}", blast.datagrams_per_s);
+        let paced = baseline(200, Some(2_000.0), Duration::from_millis(300)).unwrap();
+        assert!(paced.datagrams_per_s > 200.0, "{}", paced.datagrams_per_s);
+        assert!(paced.p50_ns > 0.0 && paced.p99_ns >= paced.p50_ns);
+    }
+
+    #[test]
+    fn resident_memory_of_this_process_is_read() {
+        let [rss, anon, pss] = rss_kib(std::process::id());
+        assert!(
+            rss > 0 && anon > 0 && anon <= rss && pss > 0,
+            "{rss} {anon} {pss}"
+        );
+        assert_eq!(rss_kib(u32::MAX)[0], 0);
+    }
+}

@@ -1,0 +1,1103 @@
+//! `flitctl chaos SCENARIO.yaml`: bring a fabric up, run traffic, inject
+//! the scenario's faults and repairs while it runs, let the controller
+//! react (re-route on detected faults, spec 002 §3.10 DDRC), and check at
+//! the end that the chosen mechanism kept its promise.
+//!
+//! The controller learns of faults only from the daemons' port-down and
+//! port-up events (never from its own knowledge of what it broke), so a
+//! SIGKILLed switch is handled exactly like a pulled cable: its neighbours'
+//! keepalive timeouts are the detection.
+
+use crate::events::{EventLog, Record};
+use crate::fabric::Fabric;
+use crate::plot::{self, Marker};
+use crate::report::{FaultTiming, RunReport};
+use crate::scenario::{Action, ActionKind, Mechanism, Scenario, Target};
+use crate::session::{traffic_spec, Collected, Session, SessionOptions};
+use crate::up::{compute_routes, TrafficArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use flitnet_core::control::Request;
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
+use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::control::ControlClient;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ChaosArgs {
+    /// The scenario file (YAML; see docs/chaos.md).
+    pub scenario: PathBuf,
+    /// Directory for configs, logs, events.jsonl, report and plot
+    /// (default: a fresh temp dir).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on every daemon.
+    #[arg(long)]
+    pub metrics: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Quiet time after the last port event before the controller recomputes:
+/// a dead switch's neighbours time out within one keepalive interval of
+/// each other, and one recomputation for all of them is enough.
+const SETTLE: Duration = Duration::from_millis(20);
+/// Longest the controller waits for events to settle.
+const SETTLE_MAX: Duration = Duration::from_millis(100);
+/// Throughput sampling period.
+const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Timing of one fault or repair.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ActionTiming {
+    /// Seconds after traffic started.
+    pub at_s: f64,
+    pub action: String,
+    pub element: String,
+    pub origin: String,
+    /// Fault → the first neighbour's port-down (repair → port-up), ms.
+    pub detection_ms: Option<f64>,
+    pub detected_by: Option<String>,
+    pub detection_reason: Option<String>,
+    /// Fault (or repair) → tables without (with) the element installed on
+    /// every live switch, ms. Only with mechanism `reroute`.
+    pub routes_installed_ms: Option<f64>,
+    /// Corrupt: CRC errors counted by the receiving end at the end of the run.
+    pub crc_errors_at_receiver: Option<u64>,
+    /// Corrupt: datagrams asked to be damaged.
+    pub count: Option<u32>,
+}
+
+/// Where every lost message went (spec 002 §3.2 loss model).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Accounting {
+    pub messages_lost: u64,
+    /// Flits dropped by switches, by cause (live switches, plus the
+    /// counters of SIGKILLed switches read just before the kill).
+    pub dropped_flits: BTreeMap<String, u64>,
+    /// Packets dropped by switches, by cause (head decisions).
+    pub dropped_packets: BTreeMap<String, u64>,
+    /// Flits written off on links (lost on the wire, or in a datagram
+    /// rejected by the CRC check).
+    pub link_lost_flits: u64,
+    pub crc_errors: u64,
+    /// Items that reached a disabled port (flits and credits).
+    pub dropped_at_disabled_ports: u64,
+    /// Upper bound of the flits a SIGKILLed switch held when it died:
+    /// input buffers and output queues of every port (they die with it).
+    pub killed_switch_capacity_flits: u64,
+    /// Sum of the above: every lost message lost at least one of them.
+    pub accounted_flits: u64,
+    /// Lost messages beyond what the counted causes can explain.
+    pub unaccounted_messages: u64,
+}
+
+/// The state once the last action is over and the controller is idle.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AfterLastAction {
+    /// Seconds after traffic started.
+    pub at_s: f64,
+    /// Messages sent but not yet delivered at that instant: the most that
+    /// can still be lost from before it.
+    pub in_flight_messages: u64,
+    /// Flits dropped anywhere after that instant (0 = the repaired fabric
+    /// loses nothing).
+    pub flits_dropped_since: u64,
+    /// Messages delivered after that instant.
+    pub delivered_since: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ChaosReport {
+    pub scenario: String,
+    pub mechanism: String,
+    pub run: RunReport,
+    pub actions: Vec<ActionTiming>,
+    pub accounting: Accounting,
+    pub after_last_action: Option<AfterLastAction>,
+    /// Messages sent again by a host-side recovery protocol (the hosts'
+    /// `retransmitted_messages` counter, in `source` or `recovery`; 0
+    /// without one).
+    pub messages_retransmitted: u64,
+    /// Route recomputations installed during the run.
+    pub reroutes: usize,
+    /// Actions that could not be carried out, with why.
+    pub failed_actions: Vec<String>,
+    /// (seconds, delivered flits/s) every 100 ms.
+    pub throughput: Vec<(f64, f64)>,
+    pub plot: String,
+    pub promise: String,
+    pub promise_kept: bool,
+}
+
+/// Applied action and the controller's record of it.
+struct Applied {
+    action: Action,
+    record: Record,
+}
+
+/// Cumulative host delivery counters, sampled while traffic runs.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    t_s: f64,
+    delivered_flits: u64,
+    delivered_messages: u64,
+    sent_messages: u64,
+}
+
+/// Polls every host's report over one persistent connection each.
+fn spawn_sampler(
+    hosts: Vec<SocketAddr>,
+    token: String,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+    out: Arc<Mutex<Vec<Sample>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut clients: Vec<Option<ControlClient>> = hosts.iter().map(|_| None).collect();
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let mut s = Sample {
+                t_s: start.elapsed().as_secs_f64(),
+                ..Sample::default()
+            };
+            let mut complete = true;
+            for (addr, slot) in hosts.iter().zip(clients.iter_mut()) {
+                if slot.is_none() {
+                    *slot = ControlClient::connect(*addr, &token).ok();
+                }
+                let body = slot.as_mut().map(|c| c.call_ok(Request::Report));
+                match body {
+                    Some(Ok(r)) => {
+                        s.delivered_flits += r["sink"]["delivered_flits"].as_u64().unwrap_or(0);
+                        s.delivered_messages +=
+                            r["sink"]["delivered_messages"].as_u64().unwrap_or(0);
+                        s.sent_messages += r["source"]["messages_sent"].as_u64().unwrap_or(0);
+                    }
+                    _ => {
+                        *slot = None;
+                        complete = false;
+                    }
+                }
+            }
+            if complete {
+                out.lock().expect("samples poisoned").push(s);
+            }
+            next += SAMPLE_PERIOD;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    })
+}
+
+/// The controller: applies actions, watches daemon events, re-routes.
+struct Controller<'a> {
+    topo: &'a Topology,
+    fabric: Fabric,
+    events: EventLog,
+    mechanism: Mechanism,
+    engine: String,
+    /// Ends (node, port) whose daemon last reported the port down.
+    down_ends: BTreeSet<PortRef>,
+    /// Tables currently installed and the links they avoid.
+    tables: RoutingTables,
+    routed_around: BTreeSet<LinkId>,
+    cursor: usize,
+    /// First and latest unhandled change of `down_ends`.
+    dirty: Option<(Instant, Instant)>,
+    /// Reports of switches read just before they were SIGKILLed.
+    retired: Vec<serde_json::Value>,
+    killed_capacity: u64,
+    /// Flits one port can buffer (VCs × depth).
+    buffered_per_port: u64,
+    /// Virtual channels of the fabric.
+    vcs: u8,
+    reroutes: usize,
+    applied: Vec<Applied>,
+    /// Actions that could not be carried out, with why.
+    failed_actions: Vec<String>,
+}
+
+fn link_name(topo: &Topology, l: LinkId) -> String {
+    let link = &topo.links[l as usize];
+    format!(
+        "{}:{}-{}:{}",
+        topo.node_name(link.a.node),
+        link.a.port,
+        topo.node_name(link.b.node),
+        link.b.port
+    )
+}
+
+/// The links cabled to switch `s`.
+fn links_of(topo: &Topology, node: NodeRef) -> Vec<LinkId> {
+    (0..topo.radix(node) as u16)
+        .filter_map(|port| topo.link_at(PortRef { node, port }))
+        .collect()
+}
+
+impl Controller<'_> {
+    /// Links the daemons say are down (either end reported it).
+    fn detected_faults(&self) -> BTreeSet<LinkId> {
+        self.down_ends
+            .iter()
+            .filter_map(|&end| self.topo.link_at(end))
+            .collect()
+    }
+
+    /// Takes in new daemon events.
+    fn absorb(&mut self, records: Vec<Record>) {
+        self.cursor += records.len();
+        let now = Instant::now();
+        for r in records {
+            if r.source == "controller" {
+                continue;
+            }
+            let Some(node) = self.topo.find_node(&r.source) else {
+                continue;
+            };
+            let Some(port) = r.event["port"].as_u64() else {
+                continue;
+            };
+            let end = PortRef {
+                node,
+                port: port as u16,
+            };
+            let changed = match r.event["event"].as_str() {
+                Some("port-down") => self.down_ends.insert(end),
+                Some("port-up") => self.down_ends.remove(&end),
+                _ => false,
+            };
+            if changed && self.mechanism == Mechanism::Reroute {
+                let first = self.dirty.map_or(now, |d| d.0);
+                self.dirty = Some((first, now));
+            }
+        }
+    }
+
+    /// When a recomputation is due, if one is pending.
+    fn reroute_due(&self) -> Option<Instant> {
+        if self.mechanism != Mechanism::Reroute {
+            return None;
+        }
+        self.dirty
+            .map(|(first, last)| (last + SETTLE).min(first + SETTLE_MAX))
+    }
+
+    /// Waits for events up to `until`, re-routing when due.
+    fn serve_until(&mut self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if let Some(due) = self.reroute_due() {
+                if due <= now {
+                    self.dirty = None;
+                    self.reroute();
+                    continue;
+                }
+            }
+            if now >= until {
+                // Take in what already arrived, so that `dirty` is current.
+                let new = self.events.wait_since(self.cursor, Duration::ZERO);
+                if new.is_empty() {
+                    return;
+                }
+                self.absorb(new);
+                continue;
+            }
+            let wake = self.reroute_due().map_or(until, |d| d.min(until));
+            let new = self.events.wait_since(self.cursor, wake - now);
+            self.absorb(new);
+        }
+    }
+
+    /// Recomputes tables without the detected faults and installs them on
+    /// every live switch. Levels stay those of the intact topology (the
+    /// ranking ignores faults), so a fabric holding old and new tables at
+    /// once routes up*/down* with one ordering and stays deadlock-free.
+    fn reroute(&mut self) {
+        let faulty = self.detected_faults();
+        if faulty == self.routed_around {
+            return;
+        }
+        let faults = FaultSet::with_links(faulty.iter().copied());
+        let started = Instant::now();
+        // Without faults, the scenario's own engine; with faults, one that
+        // avoids them (dmodc on fat-trees, up*/down* otherwise).
+        let engine = if faulty.is_empty() {
+            self.engine.as_str()
+        } else if self.topo.family.is_fat_tree() {
+            "dmodc"
+        } else {
+            "updown"
+        };
+        let vcs = self.vcs;
+        let result = compute_routes(self.topo, engine, &faults).and_then(|t| {
+            let computed = started.elapsed();
+            anyhow::ensure!(
+                t.vcs <= vcs,
+                "engine {} needs {} virtual channels, the fabric has {vcs}",
+                t.engine,
+                t.vcs
+            );
+            self.fabric.install_routes(&t)?;
+            Ok((t, computed))
+        });
+        match result {
+            Ok((tables, computed)) => {
+                self.events.record(serde_json::json!({
+                    "event": "routes-installed",
+                    "engine": tables.engine,
+                    "failed_links": faulty.iter().collect::<Vec<_>>(),
+                    "compute_ms": computed.as_secs_f64() * 1e3,
+                    "total_ms": started.elapsed().as_secs_f64() * 1e3,
+                }));
+                self.tables = tables;
+                self.routed_around = faulty;
+                self.reroutes += 1;
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "re-routing failed");
+                self.events.record(serde_json::json!({
+                    "event": "reroute-failed",
+                    "failed_links": faulty.iter().collect::<Vec<_>>(),
+                    "error": format!("{e:#}"),
+                }));
+            }
+        }
+    }
+
+    fn element(&self, target: Target) -> String {
+        match target {
+            Target::Link { link, .. } => link_name(self.topo, link),
+            Target::Switch(s) => self.topo.node_name(NodeRef::Switch(s)).to_string(),
+        }
+    }
+
+    /// Carries out one action and records it.
+    fn apply(&mut self, action: &Action) -> Result<()> {
+        let topo = self.topo;
+        if let (ActionKind::SigkillSwitch, Target::Switch(s)) = (action.kind, action.target) {
+            // Its counters die with it: keep what it counted so far.
+            if let Ok(r) = self.fabric.report_of(NodeRef::Switch(s)) {
+                self.retired.push(r);
+            }
+        }
+        // The fault happens when its injection starts: detections can come
+        // back before the injection call returns.
+        let started_ns = now_ns();
+        let what = || {
+            format!(
+                "{} {} ({})",
+                action.kind.name(),
+                action.label,
+                action.origin
+            )
+        };
+        match (action.kind, action.target) {
+            (ActionKind::KillLink, Target::Link { link, .. }) => {
+                self.fabric.set_link(link, false).with_context(what)?
+            }
+            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+                self.fabric.set_link(link, true).with_context(what)?
+            }
+            (ActionKind::Corrupt, Target::Link { end, .. }) => {
+                self.fabric.corrupt(end, action.count).with_context(what)?
+            }
+            (ActionKind::KillSwitch, Target::Switch(s)) => self
+                .fabric
+                .set_all_ports(NodeRef::Switch(s), false)
+                .with_context(what)?,
+            (ActionKind::RestoreSwitch, Target::Switch(s)) => self
+                .fabric
+                .set_all_ports(NodeRef::Switch(s), true)
+                .with_context(what)?,
+            (ActionKind::SigkillSwitch, Target::Switch(s)) => {
+                let node = NodeRef::Switch(s);
+                // Input buffers and link output queues of every port.
+                self.killed_capacity += 2 * topo.radix(node) as u64 * self.buffered_per_port;
+                self.fabric.kill(node).with_context(what)?
+            }
+            (ActionKind::RestartSwitch, Target::Switch(s)) => {
+                let node = NodeRef::Switch(s);
+                self.fabric
+                    .restart(node, Duration::from_secs(10))
+                    .with_context(what)?;
+                // A rebooted switch has no table: give it the current ones.
+                let i = self.fabric.daemon_of(node);
+                self.fabric
+                    .client(i)?
+                    .call_ok(Request::InstallTable {
+                        table: self.tables.switches[s as usize].clone(),
+                        vc_policy: self.tables.vc_policy(s as usize).clone(),
+                    })
+                    .with_context(what)?;
+            }
+            (kind, target) => anyhow::bail!("{}: {kind:?} does not apply to {target:?}", what()),
+        }
+        let record = self.events.record_at(
+            started_ns,
+            serde_json::json!({
+                "event": if action.kind.is_repair() { "repair" } else { "fault" },
+                "kind": action.kind.name(),
+                "element": self.element(action.target),
+                "origin": action.origin,
+            }),
+        );
+        self.applied.push(Applied {
+            action: action.clone(),
+            record,
+        });
+        Ok(())
+    }
+}
+
+/// The ends through which neighbours see `target`: both ends of a link,
+/// the peers of a switch's ports.
+fn watched_ends(topo: &Topology, target: Target) -> Vec<PortRef> {
+    match target {
+        Target::Link { link, .. } => {
+            let l = &topo.links[link as usize];
+            vec![l.a, l.b]
+        }
+        Target::Switch(s) => {
+            let node = NodeRef::Switch(s);
+            (0..topo.radix(node) as u16)
+                .filter_map(|port| topo.peer(PortRef { node, port }))
+                .collect()
+        }
+    }
+}
+
+fn failed_links(r: &Record) -> BTreeSet<LinkId> {
+    r.event["failed_links"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as LinkId)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Detection and installation times of every applied action, from the
+/// event log.
+fn timings(
+    topo: &Topology,
+    applied: &[Applied],
+    records: &[Record],
+    traffic_start_ns: u64,
+    switches: &[(NodeRef, serde_json::Value)],
+) -> Vec<ActionTiming> {
+    let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
+    applied
+        .iter()
+        .map(|a| {
+            let t0 = a.record.time_ns;
+            let repair = a.action.kind.is_repair();
+            let mut timing = ActionTiming {
+                at_s: t0.saturating_sub(traffic_start_ns) as f64 / 1e9,
+                action: a.action.kind.name().to_string(),
+                element: a.record.event["element"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string(),
+                origin: a.action.origin.clone(),
+                ..ActionTiming::default()
+            };
+            if a.action.kind == ActionKind::Corrupt {
+                timing.count = Some(a.action.count);
+                if let Target::Link { end, .. } = a.action.target {
+                    let receiver = topo.peer(end);
+                    timing.crc_errors_at_receiver = receiver.and_then(|r| {
+                        switches
+                            .iter()
+                            .find(|(n, _)| *n == r.node)
+                            .and_then(|(_, rep)| {
+                                rep["ports"][r.port as usize]["crc_errors"].as_u64()
+                            })
+                    });
+                }
+                return timing;
+            }
+            let watched = watched_ends(topo, a.action.target);
+            let want = if repair { "port-up" } else { "port-down" };
+            let detected = records.iter().find(|r| {
+                r.time_ns >= t0
+                    && r.source != "controller"
+                    && r.event["event"] == want
+                    && watched.iter().any(|e| {
+                        topo.node_name(e.node) == r.source
+                            && r.event["port"].as_u64() == Some(e.port as u64)
+                    })
+            });
+            if let Some(d) = detected {
+                timing.detection_ms = Some(ms(t0, d.time_ns));
+                timing.detected_by = Some(d.source.clone());
+                timing.detection_reason = d.event["reason"].as_str().map(str::to_string);
+            }
+            let links: Vec<LinkId> = match a.action.target {
+                Target::Link { link, .. } => vec![link],
+                Target::Switch(s) => links_of(topo, NodeRef::Switch(s)),
+            };
+            let installed = records.iter().find(|r| {
+                r.time_ns >= t0
+                    && r.source == "controller"
+                    && r.event["event"] == "routes-installed"
+                    && {
+                        let avoided = failed_links(r);
+                        if repair {
+                            links.iter().all(|l| !avoided.contains(l))
+                        } else {
+                            links.iter().all(|l| avoided.contains(l))
+                        }
+                    }
+            });
+            timing.routes_installed_ms = installed.map(|r| ms(t0, r.time_ns));
+            timing
+        })
+        .collect()
+}
+
+fn num(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Switch-side loss counters, summed over `reports`.
+fn add_switch_losses(acc: &mut Accounting, reports: &[&serde_json::Value]) {
+    for r in reports {
+        if let Some(drops) = r["drops"].as_object() {
+            for (cause, v) in drops {
+                *acc.dropped_flits
+                    .entry(cause.replace('_', "-"))
+                    .or_default() += num(v);
+            }
+        }
+        if let Some(drops) = r["dropped_packets"].as_object() {
+            for (cause, v) in drops {
+                *acc.dropped_packets.entry(cause.clone()).or_default() += num(v);
+            }
+        }
+        if let Some(ports) = r["ports"].as_array() {
+            for p in ports {
+                acc.link_lost_flits += num(&p["lost_flits"]);
+                acc.crc_errors += num(&p["crc_errors"]);
+            }
+        }
+        acc.dropped_at_disabled_ports += num(&r["rx_dropped_down"]);
+    }
+}
+
+/// Every flit the switches counted as lost, for the after-repair check.
+fn flits_lost_total(reports: &[(NodeRef, serde_json::Value)]) -> u64 {
+    let mut acc = Accounting::default();
+    add_switch_losses(
+        &mut acc,
+        &reports.iter().map(|(_, r)| r).collect::<Vec<_>>(),
+    );
+    acc.dropped_flits.values().sum::<u64>() + acc.link_lost_flits
+}
+
+fn accounting(
+    run: &RunReport,
+    collected: &Collected,
+    retired: &[serde_json::Value],
+    killed_capacity: u64,
+) -> Accounting {
+    let mut acc = Accounting {
+        messages_lost: run.totals.messages_lost,
+        killed_switch_capacity_flits: killed_capacity,
+        ..Accounting::default()
+    };
+    let reports: Vec<&serde_json::Value> = collected
+        .switches
+        .iter()
+        .map(|(_, r)| r)
+        .chain(retired.iter())
+        .collect();
+    add_switch_losses(&mut acc, &reports);
+    acc.dropped_flits.retain(|_, v| *v > 0);
+    acc.dropped_packets.retain(|_, v| *v > 0);
+    acc.accounted_flits = acc.dropped_flits.values().sum::<u64>()
+        + acc.link_lost_flits
+        + acc.dropped_at_disabled_ports
+        + acc.killed_switch_capacity_flits;
+    acc.unaccounted_messages = acc.messages_lost.saturating_sub(acc.accounted_flits);
+    acc
+}
+
+/// Runs `flitctl chaos`.
+pub fn run(args: ChaosArgs) -> Result<()> {
+    // Every mistake in the scenario is caught here, before anything starts.
+    let scenario = Scenario::load(&args.scenario)?;
+    let report = run_scenario(&scenario, args.run_dir.clone(), args.metrics)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    if !report.promise_kept {
+        anyhow::bail!(
+            "{}: promise broken: {}",
+            scenario.path.display(),
+            report.promise
+        );
+    }
+    Ok(())
+}
+
+/// Brings the scenario's fabric up, runs it, and writes `report.json`,
+/// `report.txt` and `throughput.svg` into the run directory.
+pub fn run_scenario(
+    scenario: &Scenario,
+    run_dir: Option<PathBuf>,
+    metrics: bool,
+) -> Result<ChaosReport> {
+    let f = &scenario.file;
+    let params = f.fabric.params();
+    let opts = SessionOptions {
+        params: params.clone(),
+        engine: f.engine.clone(),
+        seed: f.seed,
+        metrics,
+        run_dir,
+        tables: None,
+    };
+    let traffic = TrafficArgs {
+        pattern: f.traffic.pattern.clone(),
+        load: f.traffic.load,
+        message_flits: f.traffic.message_flits,
+        duration: f.traffic.duration.0,
+        rounds: f.traffic.rounds,
+    };
+    let spec = traffic_spec(&traffic, f.seed);
+    let session = Session::start(scenario.topo.clone(), &opts, "chaos")?;
+    let run_dir = session.run_dir.clone();
+    let hosts: Vec<SocketAddr> = session
+        .fabric
+        .daemons
+        .iter()
+        .filter(|d| matches!(d.node, NodeRef::Host(_)))
+        .map(|d| d.control_addr)
+        .collect();
+    let token = session.fabric.token.clone();
+    let Session {
+        topo,
+        fabric,
+        events,
+        tables,
+        bring_up,
+        ..
+    } = session;
+    let engine_name = tables.engine.clone();
+    let mut ctl = Controller {
+        topo: &topo,
+        fabric,
+        events: events.clone(),
+        mechanism: f.mechanism,
+        engine: f.engine.clone(),
+        down_ends: BTreeSet::new(),
+        tables,
+        routed_around: BTreeSet::new(),
+        cursor: events.snapshot().len(),
+        dirty: None,
+        retired: Vec::new(),
+        killed_capacity: 0,
+        buffered_per_port: params.vcs as u64 * params.buffer_depth as u64,
+        vcs: params.vcs,
+        reroutes: 0,
+        applied: Vec::new(),
+        failed_actions: Vec::new(),
+    };
+    ctl.fabric.start_traffic(&spec)?;
+    let start = Instant::now();
+    let start_ns = events
+        .record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}))
+        .time_ns;
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let sampler = spawn_sampler(hosts, token, start, stop.clone(), samples.clone());
+    let outcome = drive(&mut ctl, scenario, start, params.dead_after_ns);
+    let collected = outcome.and_then(|settled| {
+        let collected = ctl.fabric_collect()?;
+        Ok((settled, collected))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let (settled, collected) = match collected {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ctl.fabric.stop();
+            return Err(e);
+        }
+    };
+    let records = events.snapshot();
+    let actions = timings(&topo, &ctl.applied, &records, start_ns, &collected.switches);
+    let mut run = RunReport::build(
+        &topo,
+        &engine_name,
+        &spec,
+        collected.hosts.clone(),
+        collected.switches.clone(),
+        // The richer per-action timings are in `actions`.
+        Vec::<FaultTiming>::new(),
+        bring_up,
+    );
+    run.engine = format!("{engine_name} (re-routing: {})", f.mechanism.name());
+    let acc = accounting(&run, &collected, &ctl.retired, ctl.killed_capacity);
+    let after_last_action = settled.map(|(at_s, sent, delivered, lost_flits)| AfterLastAction {
+        at_s,
+        in_flight_messages: sent.saturating_sub(delivered),
+        flits_dropped_since: flits_lost_total(&collected.switches).saturating_sub(lost_flits),
+        delivered_since: run.totals.messages_delivered.saturating_sub(delivered),
+    });
+    let samples = samples.lock().expect("samples poisoned").clone();
+    let cumulative: Vec<(f64, u64)> = samples.iter().map(|s| (s.t_s, s.delivered_flits)).collect();
+    let throughput = plot::rates(&cumulative);
+    let markers: Vec<Marker> = actions
+        .iter()
+        .map(|a| Marker {
+            t_s: a.at_s,
+            label: format!("{} {}", a.action, a.element),
+            repair: a.action.starts_with("restore") || a.action.starts_with("restart"),
+        })
+        .collect();
+    let svg = plot::line_chart(
+        &format!(
+            "{} under {} ({})",
+            topo.name,
+            scenario.path.display(),
+            f.mechanism.name()
+        ),
+        "delivered flits/s",
+        &throughput,
+        &markers,
+    );
+    let plot_path = run_dir.join("throughput.svg");
+    std::fs::write(&plot_path, svg)?;
+    let (promise, kept) = verdict(f.mechanism, &run, &acc);
+    let report = ChaosReport {
+        scenario: scenario.path.display().to_string(),
+        mechanism: f.mechanism.name().to_string(),
+        run,
+        actions,
+        accounting: acc,
+        after_last_action,
+        messages_retransmitted: collected
+            .hosts
+            .iter()
+            .map(|(_, r)| {
+                num(&r["source"]["retransmitted_messages"])
+                    + num(&r["recovery"]["retransmitted_messages"])
+            })
+            .sum(),
+        reroutes: ctl.reroutes,
+        failed_actions: ctl.failed_actions.clone(),
+        throughput,
+        plot: plot_path.display().to_string(),
+        promise,
+        promise_kept: kept,
+    };
+    ctl.fabric.stop()?;
+    std::fs::write(
+        run_dir.join("report.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
+    std::fs::write(run_dir.join("report.txt"), report.to_string())?;
+    Ok(report)
+}
+
+/// What the mechanism promises, and whether the run kept it.
+fn verdict(mechanism: Mechanism, run: &RunReport, acc: &Accounting) -> (String, bool) {
+    let t = &run.totals;
+    if mechanism.promises_delivery() {
+        let kept = run.lossless;
+        return (
+            format!(
+                "every message delivered exactly once: {} sent, {} delivered, {} lost, {} duplicated",
+                t.messages_sent, t.messages_delivered, t.messages_lost, t.duplicates
+            ),
+            kept,
+        );
+    }
+    let kept = acc.unaccounted_messages == 0
+        && t.duplicates == 0
+        && t.misdelivered_packets == 0
+        && run.credit_violations == 0;
+    (
+        format!(
+            "every loss accounted for: {} messages lost, {} flits counted lost by cause, {} unaccounted; {} duplicated, {} misdelivered, {} credit violations",
+            acc.messages_lost,
+            acc.accounted_flits,
+            acc.unaccounted_messages,
+            t.duplicates,
+            t.misdelivered_packets,
+            run.credit_violations
+        ),
+        kept,
+    )
+}
+
+/// Applies the schedule while serving events; then lets the traffic phase
+/// finish. Returns, if the controller settled after the last action, the
+/// instant (s after start) and the totals then: messages sent and
+/// delivered, flits counted lost.
+fn drive(
+    ctl: &mut Controller<'_>,
+    scenario: &Scenario,
+    start: Instant,
+    dead_after_ns: u64,
+) -> Result<Option<(f64, u64, u64, u64)>> {
+    for action in &scenario.actions {
+        ctl.serve_until(start + action.at);
+        // A failed injection (e.g. corrupting a port of a SIGKILLed switch)
+        // is reported; the run and the checks go on.
+        if let Err(e) = ctl.apply(action) {
+            let message = format!("{e:#}");
+            eprintln!("warning: {message}");
+            ctl.events
+                .record(serde_json::json!({"event": "action-failed", "error": message}));
+            ctl.failed_actions.push(message);
+        }
+    }
+    let duration = scenario.file.traffic.duration.0;
+    let mut settled = None;
+    if !scenario.actions.is_empty() {
+        // After the last action, wait for detection (up to two dead
+        // intervals) and for the controller to go idle, then snapshot.
+        let grace = Duration::from_nanos(2 * dead_after_ns) + SETTLE_MAX * 2;
+        let last = start + scenario.actions.last().map_or(Duration::ZERO, |a| a.at);
+        let snapshot_at = (last + grace).min(start + duration);
+        ctl.serve_until(snapshot_at);
+        // Detections may still be arriving: serve until the controller is
+        // idle, as long as traffic runs.
+        let idle_by = (start + duration).checked_sub(Duration::from_millis(300));
+        while ctl.dirty.is_some() && idle_by.is_some_and(|t| Instant::now() < t) {
+            ctl.serve_until(Instant::now() + Duration::from_millis(50));
+        }
+        if ctl.dirty.is_none() && Instant::now() < start + duration {
+            let hosts = ctl.fabric.reports(true)?;
+            let sent = hosts
+                .iter()
+                .map(|(_, r)| num(&r["source"]["messages_sent"]))
+                .sum();
+            let delivered = hosts
+                .iter()
+                .map(|(_, r)| num(&r["sink"]["delivered_messages"]))
+                .sum();
+            let lost = flits_lost_total(&ctl.fabric.reports(false)?);
+            settled = Some((start.elapsed().as_secs_f64(), sent, delivered, lost));
+        }
+    }
+    ctl.serve_until(start + duration);
+    Ok(settled)
+}
+
+impl Controller<'_> {
+    /// Drains in-flight messages (still serving events) and collects.
+    fn fabric_collect(&mut self) -> Result<Collected> {
+        self.serve_until(Instant::now() + Duration::from_millis(200));
+        let hosts = crate::report::drain(&self.fabric, Duration::from_secs(5))?;
+        let switches = self.fabric.reports(false)?;
+        Ok(Collected { hosts, switches })
+    }
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "flitnet chaos: {} (mechanism {})",
+            self.scenario, self.mechanism
+        )?;
+        write!(f, "{}", self.run)?;
+        let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+        for a in &self.actions {
+            write!(f, "  {:>7.3}s  {:<15} {:<24}", a.at_s, a.action, a.element)?;
+            if a.action == "corrupt" {
+                writeln!(
+                    f,
+                    " {} datagrams damaged, receiver counted {} CRC errors",
+                    a.count.unwrap_or(0),
+                    a.crc_errors_at_receiver
+                        .map_or("?".into(), |v| v.to_string())
+                )?;
+            } else {
+                writeln!(
+                    f,
+                    " detected {}{}{}, routes installed {}",
+                    opt(a.detection_ms),
+                    a.detected_by
+                        .as_ref()
+                        .map_or(String::new(), |b| format!(" by {b}")),
+                    a.detection_reason
+                        .as_ref()
+                        .map_or(String::new(), |r| format!(" ({r})")),
+                    opt(a.routes_installed_ms)
+                )?;
+            }
+        }
+        let acc = &self.accounting;
+        let causes: Vec<String> = acc
+            .dropped_flits
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        writeln!(
+            f,
+            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; at disabled ports {}; killed switches held at most {}",
+            acc.messages_lost,
+            if causes.is_empty() { "none".into() } else { causes.join(", ") },
+            acc.link_lost_flits,
+            acc.crc_errors,
+            acc.dropped_at_disabled_ports,
+            acc.killed_switch_capacity_flits
+        )?;
+        if let Some(a) = &self.after_last_action {
+            writeln!(
+                f,
+                "  settled     at {:.2}s: {} messages in flight; since then {} delivered, {} flits dropped",
+                a.at_s, a.in_flight_messages, a.delivered_since, a.flits_dropped_since
+            )?;
+        }
+        writeln!(
+            f,
+            "  recovery    {} re-routes, {} messages retransmitted",
+            self.reroutes, self.messages_retransmitted
+        )?;
+        for failed in &self.failed_actions {
+            writeln!(f, "  FAILED      {failed}")?;
+        }
+        writeln!(f, "  plot        {}", self.plot)?;
+        writeln!(
+            f,
+            "  promise     {} — {}",
+            if self.promise_kept { "KEPT" } else { "BROKEN" },
+            self.promise
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+    use serde_json::json;
+
+    fn rec(time_ns: u64, source: &str, event: serde_json::Value) -> Record {
+        Record {
+            time_ns,
+            source: source.into(),
+            event,
+        }
+    }
+
+    fn scenario(timeline: &str) -> Scenario {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../topologies/scenarios/t.yaml");
+        let text = format!(
+            "topology: ../kary-4-2.yaml\nmechanism: reroute\ntraffic: {{duration: 5s}}\ntimeline:\n{timeline}"
+        );
+        Scenario::parse(&path, &text).unwrap()
+    }
+
+    #[test]
+    fn detection_is_the_first_neighbour_event_and_installation_must_avoid_every_link() {
+        let s = scenario("  - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n");
+        let topo = &s.topo;
+        let node = topo.find_node("s1-1").unwrap();
+        let links = links_of(topo, node);
+        assert_eq!(links.len(), 4);
+        let fault = rec(
+            1_000,
+            "controller",
+            json!({"event": "fault", "element": "s1-1"}),
+        );
+        let applied = [Applied {
+            action: s.actions[0].clone(),
+            record: fault,
+        }];
+        // Port 0 of s1-1 faces a leaf switch: that leaf's port watches it.
+        let neighbour = topo.peer(PortRef { node, port: 0 }).unwrap();
+        let nname = topo.node_name(neighbour.node).to_string();
+        let records = vec![
+            // Before the fault: ignored.
+            rec(
+                500,
+                &nname,
+                json!({"event": "port-down", "port": neighbour.port, "reason": "old"}),
+            ),
+            // An unrelated port: ignored.
+            rec(
+                1_100,
+                "s0-0",
+                json!({"event": "port-down", "port": 0, "reason": "keepalive timeout"}),
+            ),
+            rec(
+                301_000,
+                &nname,
+                json!({"event": "port-down", "port": neighbour.port, "reason": "keepalive timeout"}),
+            ),
+            // Tables avoiding only some of its links do not count.
+            rec(
+                310_000,
+                "controller",
+                json!({"event": "routes-installed", "failed_links": [links[0]]}),
+            ),
+            rec(
+                400_000,
+                "controller",
+                json!({"event": "routes-installed", "failed_links": links}),
+            ),
+        ];
+        let t = timings(topo, &applied, &records, 0, &[]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].detection_ms, Some(0.3));
+        assert_eq!(t[0].detected_by.as_deref(), Some(nname.as_str()));
+        assert_eq!(t[0].detection_reason.as_deref(), Some("keepalive timeout"));
+        assert_eq!(t[0].routes_installed_ms, Some(0.399));
+        // Nothing installed: no installation time.
+        let t = timings(topo, &applied, &records[..4], 0, &[]);
+        assert_eq!(t[0].routes_installed_ms, None);
+    }
+
+    #[test]
+    fn losses_beyond_the_counted_causes_break_the_promise() {
+        let switch = json!({
+            "drops": {"port_down": 5, "no_route": 2, "orphan": 0},
+            "dropped_packets": {"port-down": 1},
+            "ports": [{"lost_flits": 1, "crc_errors": 2}, {"lost_flits": 0, "crc_errors": 0}],
+            "rx_dropped_down": 1,
+        });
+        let collected = Collected {
+            hosts: vec![],
+            switches: vec![(NodeRef::Switch(0), switch)],
+        };
+        let mut run = RunReport::default();
+        run.totals.messages_sent = 100;
+        run.totals.messages_lost = 9;
+        let acc = accounting(&run, &collected, &[], 0);
+        assert_eq!(acc.accounted_flits, 5 + 2 + 1 + 1);
+        assert_eq!(acc.unaccounted_messages, 0);
+        assert!(!acc.dropped_flits.contains_key("orphan"));
+        assert!(verdict(Mechanism::Reroute, &run, &acc).1);
+        run.totals.messages_lost = 12;
+        let acc = accounting(&run, &collected, &[], 0);
+        assert_eq!(acc.unaccounted_messages, 3);
+        let (text, kept) = verdict(Mechanism::None, &run, &acc);
+        assert!(!kept && text.contains("3 unaccounted"), "{text}");
+        // A SIGKILLed switch's buffers explain what died with it.
+        let acc = accounting(&run, &collected, &[], 256);
+        assert!(verdict(Mechanism::None, &run, &acc).1);
+        // Duplicates are never explained by a loss.
+        run.totals.duplicates = 1;
+        assert!(!verdict(Mechanism::None, &run, &acc).1);
+    }
+}

@@ -1,0 +1,628 @@
+//! Bringing a fabric up as real processes on this machine, and driving it.
+//!
+//! Every node gets its own loopback address `127.B.x.y` (the whole 127/8 is
+//! routed to `lo` on Linux) with the same fixed ports everywhere — data
+//! 7000/udp, control 7001/tcp, metrics 9100/tcp — exactly like one container
+//! per node under `docker compose`. `B` is chosen per fabric so that several
+//! fabrics (parallel tests) can run side by side.
+
+use anyhow::{bail, Context, Result};
+use flitnet_core::control::{DaemonConfig, FabricParams, PortPeer, Request, Role, TrafficSpec};
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::topology::{LinkId, NodeRef, PortRef, Topology};
+use flitnet_runtime::control::ControlClient;
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const DATA_PORT: u16 = 7000;
+pub const CONTROL_PORT: u16 = 7001;
+pub const METRICS_PORT: u16 = 9100;
+
+/// How to launch a fabric.
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    pub params: FabricParams,
+    /// Second octet of the fabric's loopback addresses (`127.B.x.y`); chosen
+    /// automatically when None.
+    pub subnet: Option<u8>,
+    /// Directory for configs, logs and the state file.
+    pub run_dir: PathBuf,
+    /// Directory holding the `switchd` and `hostd` binaries.
+    pub bin_dir: PathBuf,
+    pub metrics: bool,
+    pub seed: u64,
+    /// Time allowed for every daemon to answer its first ping.
+    pub ready_timeout: Duration,
+    /// Where daemons push fault-detection events (see [`crate::events`]).
+    pub events_addr: Option<SocketAddr>,
+}
+
+/// One running daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    pub node: NodeRef,
+    pub name: String,
+    pub control_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub child: Option<Child>,
+    pub pid: u32,
+    /// Killed on purpose: requests skip it.
+    pub dead: bool,
+    /// How to start it again ([`Fabric::restart`]): binary and config file.
+    pub bin: PathBuf,
+    pub config_path: PathBuf,
+}
+
+/// What `flitctl down` needs to find a detached fabric again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FabricState {
+    pub token: String,
+    pub subnet: u8,
+    pub daemons: Vec<(String, SocketAddr, u32)>,
+}
+
+/// A running fabric. Dropping it kills every daemon that is still running,
+/// so that no process outlives the controller by accident.
+pub struct Fabric {
+    pub topo: Topology,
+    pub token: String,
+    pub subnet: u8,
+    pub daemons: Vec<Daemon>,
+    pub run_dir: PathBuf,
+    detached: bool,
+}
+
+/// The loopback address of node number `index` (hosts first, then switches).
+pub fn node_ip(subnet: u8, index: usize) -> Ipv4Addr {
+    let i = index as u32 + 1;
+    Ipv4Addr::new(127, subnet, (i >> 8) as u8, (i & 0xff) as u8)
+}
+
+fn node_index(topo: &Topology, node: NodeRef) -> usize {
+    match node {
+        NodeRef::Host(h) => h as usize,
+        NodeRef::Switch(s) => topo.num_hosts() + s as usize,
+    }
+}
+
+/// A fresh random token (the fabric's shared secret).
+pub fn new_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..16)
+        .map(|_| format!("{:02x}", rng.gen::<u8>()))
+        .collect()
+}
+
+/// Picks a `127.B.0.0/16` whose first data address is free.
+fn pick_subnet() -> Result<u8> {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..64 {
+        let b: u8 = rng.gen_range(32..=250);
+        let probe = SocketAddrV4::new(node_ip(b, 0), DATA_PORT);
+        if std::net::UdpSocket::bind(probe).is_ok() {
+            return Ok(b);
+        }
+    }
+    bail!("no free 127.B.0.0/16 loopback subnet found for the fabric")
+}
+
+/// Builds the configuration of every daemon of `topo`.
+#[allow(clippy::too_many_arguments)]
+pub fn daemon_configs(
+    topo: &Topology,
+    params: &FabricParams,
+    subnet: u8,
+    token: &str,
+    metrics: bool,
+    seed: u64,
+    events_addr: Option<SocketAddr>,
+) -> Vec<(NodeRef, DaemonConfig)> {
+    let addr = |node: NodeRef, port: u16| {
+        SocketAddr::V4(SocketAddrV4::new(
+            node_ip(subnet, node_index(topo, node)),
+            port,
+        ))
+    };
+    topo.nodes()
+        .map(|node| {
+            let radix = topo.radix(node);
+            let ports = (0..radix as u16)
+                .filter_map(|p| {
+                    let here = PortRef { node, port: p };
+                    topo.peer(here).map(|peer| PortPeer {
+                        port: p,
+                        peer: addr(peer.node, DATA_PORT),
+                    })
+                })
+                .collect();
+            let role = match node {
+                NodeRef::Switch(id) => Role::Switch { id, radix },
+                NodeRef::Host(id) => Role::Host {
+                    id,
+                    hosts: topo.num_hosts() as u32,
+                },
+            };
+            let cfg = DaemonConfig {
+                name: topo.node_name(node).to_string(),
+                role,
+                token: token.to_string(),
+                data_addr: addr(node, DATA_PORT),
+                control_addr: addr(node, CONTROL_PORT),
+                metrics_addr: metrics.then(|| addr(node, METRICS_PORT)),
+                ports,
+                fabric: params.clone(),
+                seed: seed
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    .wrapping_add(node_index(topo, node) as u64),
+                events_addr,
+            };
+            (node, cfg)
+        })
+        .collect()
+}
+
+impl Fabric {
+    /// Starts one process per switch and host and waits until each answers.
+    pub fn launch(topo: Topology, opts: &LaunchOptions) -> Result<Fabric> {
+        topo.validate().context("invalid topology")?;
+        std::fs::create_dir_all(&opts.run_dir)
+            .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+        let subnet = match opts.subnet {
+            Some(s) => s,
+            None => pick_subnet()?,
+        };
+        let token = new_token();
+        let configs = daemon_configs(
+            &topo,
+            &opts.params,
+            subnet,
+            &token,
+            opts.metrics,
+            opts.seed,
+            opts.events_addr,
+        );
+        let mut fabric = Fabric {
+            topo,
+            token,
+            subnet,
+            daemons: Vec::with_capacity(configs.len()),
+            run_dir: opts.run_dir.clone(),
+            detached: false,
+        };
+        for (node, cfg) in configs {
+            cfg.validate()?;
+            let bin = match node {
+                NodeRef::Switch(_) => opts.bin_dir.join("switchd"),
+                NodeRef::Host(_) => opts.bin_dir.join("hostd"),
+            };
+            let cfg_path = opts.run_dir.join(format!("{}.json", cfg.name));
+            std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg)?)?;
+            let log = std::fs::File::create(opts.run_dir.join(format!("{}.log", cfg.name)))?;
+            let child = spawn_daemon(&bin, &cfg_path, log, &cfg.name)?;
+            fabric.daemons.push(Daemon {
+                node,
+                name: cfg.name.clone(),
+                control_addr: cfg.control_addr,
+                metrics_addr: cfg.metrics_addr,
+                pid: child.id(),
+                child: Some(child),
+                dead: false,
+                bin,
+                config_path: cfg_path,
+            });
+        }
+        fabric.wait_ready(opts.ready_timeout)?;
+        fabric.save_state()?;
+        Ok(fabric)
+    }
+
+    /// A handle on daemons that something else started (containers of a
+    /// `flitctl compose` bundle): `daemons` lists each node's name and
+    /// control address in node order (hosts, then switches, as
+    /// [`Topology::nodes`]). Waits, retrying, until every daemon answers a
+    /// ping (containers start in any order), up to `ready_timeout`. Dropping
+    /// or shutting down the handle never kills anything it did not start.
+    pub fn attach(
+        topo: Topology,
+        token: String,
+        daemons: Vec<(String, SocketAddr, Option<SocketAddr>)>,
+        run_dir: PathBuf,
+        ready_timeout: Duration,
+    ) -> Result<Fabric> {
+        topo.validate().context("invalid topology")?;
+        let nodes: Vec<NodeRef> = topo.nodes().collect();
+        anyhow::ensure!(
+            nodes.len() == daemons.len(),
+            "the fabric lists {} daemons, topology {:?} has {} nodes",
+            daemons.len(),
+            topo.name,
+            nodes.len()
+        );
+        for (node, (name, _, _)) in nodes.iter().zip(&daemons) {
+            anyhow::ensure!(
+                topo.node_name(*node) == name,
+                "daemon {name:?} is listed where the topology has node {:?}",
+                topo.node_name(*node)
+            );
+        }
+        let mut fabric = Fabric {
+            topo,
+            token,
+            subnet: 0,
+            daemons: nodes
+                .into_iter()
+                .zip(daemons)
+                .map(|(node, (name, control_addr, metrics_addr))| Daemon {
+                    node,
+                    name,
+                    control_addr,
+                    metrics_addr,
+                    child: None,
+                    pid: 0,
+                    dead: false,
+                    // Attached daemons belong to someone else (compose):
+                    // they cannot be restarted from here.
+                    bin: PathBuf::new(),
+                    config_path: PathBuf::new(),
+                })
+                .collect(),
+            run_dir,
+            detached: true,
+        };
+        fabric.wait_ready(ready_timeout)?;
+        Ok(fabric)
+    }
+
+    /// Whether daemon `i` answers a ping within the control client's
+    /// connect timeout.
+    pub fn answers(&self, i: usize) -> bool {
+        self.client(i)
+            .and_then(|mut c| c.call_ok(Request::Ping))
+            .is_ok()
+    }
+
+    /// Stops sending requests to daemon `i` (it died on its own, e.g. its
+    /// container was killed).
+    pub fn mark_dead(&mut self, i: usize) {
+        self.daemons[i].dead = true;
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        for i in 0..self.daemons.len() {
+            self.wait_one_ready(i, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until daemon `i` answers a ping; fails early with its log if
+    /// it exits.
+    fn wait_one_ready(&mut self, i: usize, deadline: Instant) -> Result<()> {
+        {
+            loop {
+                if let Some(child) = self.daemons[i].child.as_mut() {
+                    if let Some(status) = child.try_wait()? {
+                        let log = std::fs::read_to_string(
+                            self.run_dir.join(format!("{}.log", self.daemons[i].name)),
+                        )
+                        .unwrap_or_default();
+                        bail!(
+                            "{} exited during start-up ({status}):\n{}",
+                            self.daemons[i].name,
+                            log.trim_end()
+                        );
+                    }
+                }
+                match self.client(i).and_then(|mut c| c.call_ok(Request::Ping)) {
+                    Ok(_) => break,
+                    Err(e) if Instant::now() > deadline => {
+                        return Err(
+                            e.context(format!("{} did not become ready", self.daemons[i].name))
+                        )
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn save_state(&self) -> Result<()> {
+        let state = FabricState {
+            token: self.token.clone(),
+            subnet: self.subnet,
+            daemons: self
+                .daemons
+                .iter()
+                .map(|d| (d.name.clone(), d.control_addr, d.pid))
+                .collect(),
+        };
+        std::fs::write(
+            self.run_dir.join("state.json"),
+            serde_json::to_vec_pretty(&state)?,
+        )?;
+        Ok(())
+    }
+
+    /// A control connection to daemon `i`.
+    pub fn client(&self, i: usize) -> Result<ControlClient> {
+        ControlClient::connect(self.daemons[i].control_addr, &self.token)
+    }
+
+    /// Index of the daemon for `node`.
+    pub fn daemon_of(&self, node: NodeRef) -> usize {
+        node_index(&self.topo, node)
+    }
+
+    /// Sends `request` to every daemon matching `filter`, in parallel
+    /// (up to 64 threads, each with a batch of daemons), and returns the
+    /// answers in order.
+    pub fn broadcast(
+        &self,
+        filter: impl Fn(NodeRef) -> bool,
+        request: impl Fn(NodeRef) -> Request + Sync,
+    ) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+        let targets: Vec<usize> = (0..self.daemons.len())
+            .filter(|&i| !self.daemons[i].dead && filter(self.daemons[i].node))
+            .collect();
+        // Up to 64 threads: a daemon busy forwarding answers after a
+        // scheduling delay, and route installation after a fault should
+        // cost one such delay, not one per daemon in a batch.
+        let chunk = targets.len().div_ceil(64).max(1);
+        let results: Vec<Result<Vec<(NodeRef, serde_json::Value)>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = targets
+                .chunks(chunk)
+                .map(|part| {
+                    let request = &request;
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|&i| {
+                                let node = self.daemons[i].node;
+                                let body = self
+                                    .client(i)
+                                    .and_then(|mut c| c.call_ok(request(node)))
+                                    .with_context(|| self.daemons[i].name.clone())?;
+                                Ok((node, body))
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("control thread panicked"))
+                .collect()
+        });
+        let mut out = Vec::with_capacity(targets.len());
+        for r in results {
+            out.extend(r?);
+        }
+        Ok(out)
+    }
+
+    /// Installs one table per switch.
+    pub fn install_routes(&self, tables: &RoutingTables) -> Result<()> {
+        anyhow::ensure!(
+            tables.switches.len() == self.topo.num_switches(),
+            "routing has {} tables for {} switches",
+            tables.switches.len(),
+            self.topo.num_switches()
+        );
+        self.broadcast(
+            |n| matches!(n, NodeRef::Switch(_)),
+            |n| {
+                let NodeRef::Switch(s) = n else {
+                    unreachable!()
+                };
+                Request::InstallTable {
+                    table: tables.switches[s as usize].clone(),
+                    vc_policy: tables.vc_policy(s as usize).clone(),
+                }
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Starts traffic on every host.
+    pub fn start_traffic(&self, spec: &TrafficSpec) -> Result<()> {
+        self.broadcast(
+            |n| matches!(n, NodeRef::Host(_)),
+            |_| Request::StartTraffic { spec: spec.clone() },
+        )?;
+        Ok(())
+    }
+
+    /// Reports of every host (or switch), as JSON.
+    pub fn reports(&self, hosts: bool) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+        self.broadcast(
+            move |n| matches!(n, NodeRef::Host(_)) == hosts,
+            |_| Request::Report,
+        )
+    }
+
+    /// Kills (`up = false`) or restores a link: both ends' ports go down, as
+    /// when a cable is pulled.
+    pub fn set_link(&self, link: LinkId, up: bool) -> Result<()> {
+        let l = self
+            .topo
+            .links
+            .get(link as usize)
+            .with_context(|| format!("no link {link}"))?
+            .clone();
+        for end in [l.a, l.b] {
+            let i = self.daemon_of(end.node);
+            self.client(i)?
+                .call_ok(Request::SetPort { port: end.port, up })?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs a daemon (a real crash: neighbours must notice by themselves).
+    pub fn kill(&mut self, node: NodeRef) -> Result<()> {
+        let i = self.daemon_of(node);
+        self.daemons[i].dead = true;
+        if let Some(mut child) = self.daemons[i].child.take() {
+            child
+                .kill()
+                .with_context(|| format!("killing {}", self.daemons[i].name))?;
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// Starts a daemon killed by [`Fabric::kill`] again, with the same
+    /// configuration (a rebooted switch: same addresses, empty buffers, no
+    /// forwarding table, and a new link epoch, so its neighbours notice the
+    /// restart and resynchronise credits). Its log is appended to.
+    pub fn restart(&mut self, node: NodeRef, timeout: Duration) -> Result<()> {
+        let i = self.daemon_of(node);
+        let d = &self.daemons[i];
+        if !d.dead || d.child.is_some() {
+            bail!(
+                "{} is running; only a killed daemon can be restarted",
+                d.name
+            );
+        }
+        if d.bin.as_os_str().is_empty() {
+            bail!(
+                "{} was started by someone else (attached fabric); restart its container instead",
+                d.name
+            );
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.run_dir.join(format!("{}.log", d.name)))?;
+        let child = spawn_daemon(&d.bin, &d.config_path, log, &d.name)?;
+        let d = &mut self.daemons[i];
+        d.pid = child.id();
+        d.child = Some(child);
+        d.dead = false;
+        self.wait_one_ready(i, Instant::now() + timeout)?;
+        self.save_state()
+    }
+
+    /// Brings every port of a switch down or up at once (an administrative
+    /// switch fault: what it buffers is dropped and counted).
+    pub fn set_all_ports(&self, node: NodeRef, up: bool) -> Result<()> {
+        let i = self.daemon_of(node);
+        self.client(i)?
+            .call_ok(Request::SetAllPorts { up })
+            .with_context(|| format!("setting every port of {}", self.daemons[i].name))?;
+        Ok(())
+    }
+
+    /// Corrupts the next `count` datagrams a switch sends out of `port`.
+    pub fn corrupt(&self, end: PortRef, count: u32) -> Result<()> {
+        let i = self.daemon_of(end.node);
+        self.client(i)?
+            .call_ok(Request::Corrupt {
+                port: end.port,
+                count,
+            })
+            .with_context(|| format!("corrupting {}:{}", self.daemons[i].name, end.port))?;
+        Ok(())
+    }
+
+    /// The report of one daemon.
+    pub fn report_of(&self, node: NodeRef) -> Result<serde_json::Value> {
+        let i = self.daemon_of(node);
+        self.client(i)?
+            .call_ok(Request::Report)
+            .with_context(|| format!("report of {}", self.daemons[i].name))
+    }
+
+    /// Leaves the daemons running when this handle is dropped (for `up --detach`).
+    pub fn detach(mut self) {
+        self.detached = true;
+    }
+
+    /// Asks every daemon to exit, then kills whatever did not.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.stop()
+    }
+
+    /// [`Fabric::shutdown`] through a reference: every daemon is asked to
+    /// exit, then killed if it does not; the handle stays (all dead).
+    pub fn stop(&mut self) -> Result<()> {
+        let _ = self.broadcast(|_| true, |_| Request::Shutdown);
+        self.reap(Duration::from_secs(3));
+        for d in &mut self.daemons {
+            d.dead = true;
+        }
+        Ok(())
+    }
+
+    fn reap(&mut self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        for d in &mut self.daemons {
+            if let Some(child) = d.child.as_mut() {
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break,
+                        Ok(None) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        _ => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                    }
+                }
+                d.child = None;
+            }
+        }
+    }
+}
+
+/// Starts one daemon process with its output going to `log`.
+fn spawn_daemon(bin: &Path, cfg_path: &Path, log: std::fs::File, name: &str) -> Result<Child> {
+    Command::new(bin)
+        .arg("--config")
+        .arg(cfg_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {} for {name}", bin.display()))
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.reap(Duration::ZERO);
+        }
+    }
+}
+
+/// Stops a detached fabric from its state file: a polite shutdown request,
+/// then SIGKILL for whatever is still alive.
+pub fn down(run_dir: &Path) -> Result<usize> {
+    let path = run_dir.join("state.json");
+    let state: FabricState = serde_json::from_slice(
+        &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", path.display()))?;
+    for (_, addr, _) in &state.daemons {
+        if let Ok(mut c) = ControlClient::connect(*addr, &state.token) {
+            let _ = c.call(Request::Shutdown);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut killed = 0;
+    for (_, _, pid) in &state.daemons {
+        // SAFETY: kill(2) with signal 0 only probes; SIGKILL ends a daemon we started.
+        if unsafe { libc::kill(*pid as libc::pid_t, 0) } == 0 {
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(killed)
+}

@@ -1,0 +1,117 @@
+//! `flitctl`, flitnet's controller. One module per group of subcommands;
+//! add a variant to [`Command`] and a module for each new group.
+
+use clap::{ArgAction, Parser, Subcommand};
+use flitctl::{
+    analyze, analyze_faults, bench, bench_routes, chaos, compose, reproduce, route, run, topo, up,
+};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "flitctl",
+    version,
+    about = "flitnet's controller: topologies, routing, bring-up, traffic, faults"
+)]
+struct Cli {
+    /// More logging on stderr: -v for debug, -vv for trace (RUST_LOG overrides).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show, generate, convert and import topologies.
+    #[command(subcommand)]
+    Topo(topo::TopoCommand),
+    /// Bring a topology up as local processes on loopback, install routing,
+    /// drive traffic, optionally kill a link or switch mid-run, and report.
+    Up(up::UpArgs),
+    /// Run a chaos scenario: a fabric under traffic, faults and repairs on a
+    /// timeline (or at random), the controller re-routing, and a report of
+    /// detection and recovery times and of every lost message.
+    Chaos(chaos::ChaosArgs),
+    /// Compute routing tables, check them, and write them (lft, intervals,
+    /// opensm, json).
+    Route(route::RouteArgs),
+    /// Static analyses: `analyze routes` compares engines side by side.
+    #[command(subcommand)]
+    Analyze(analyze::AnalyzeCommand),
+    /// Benchmarks, each reported as ratios to a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Static fault-tolerance analysis: which link-fault combinations a
+    /// mechanism tolerates (seeds 000, 002, 004).
+    AnalyzeFaults(analyze_faults::AnalyzeFaultsArgs),
+    /// Re-run the papers' experiments and compare with their figures.
+    Reproduce(reproduce::ReproduceArgs),
+    /// Write a Docker Compose bundle (compose file, stack file, per-node
+    /// configs, fabric.json, prometheus.yml) for a topology.
+    Compose(compose::ComposeArgs),
+    /// Control a fabric started by Compose (configs/fabric.json): routes,
+    /// traffic, faults, re-routing, report.
+    Run(run::RunArgs),
+    /// Stop a fabric left running (its run directory holds state.json).
+    Down {
+        /// The run directory of the fabric.
+        run_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Data path: one switchd against a bare UDP forwarder, per-hop latency,
+    /// fabric throughput, bring-up time and memory at scale.
+    Datapath(bench::DatapathArgs),
+    /// Route computation time: Dmodc, Dmodk and Ftree on PGFTs of growing
+    /// size, against OpenSM's ftree on the same fabric where ibsim holds it.
+    Routes(bench_routes::BenchRoutesArgs),
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Topo(cmd) => topo::run(cmd),
+        Command::Up(args) => up::run(args),
+        Command::Chaos(args) => chaos::run(args),
+        Command::Route(args) => route::run(args),
+        Command::Analyze(cmd) => analyze::run(cmd),
+        Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
+        Command::Bench(BenchCommand::Routes(args)) => bench_routes::run_routes(args),
+        Command::AnalyzeFaults(args) => analyze_faults::run(args),
+        Command::Reproduce(args) => reproduce::run(args),
+        Command::Compose(args) => compose::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Down { run_dir } => flitctl::fabric::down(&run_dir).map(|killed| {
+            eprintln!("fabric stopped ({killed} processes had to be killed)");
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the context chain on one line: `a: b: c`.
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! Collecting what a run did: host delivery reports, switch drop counters,
+//! fault detection and recovery times, and printing them.
+
+use crate::events::{EventLog, Record};
+use crate::fabric::Fabric;
+use anyhow::Result;
+use flitnet_core::control::TrafficSpec;
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Timing of one injected fault.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FaultTiming {
+    pub kind: String,
+    pub element: String,
+    /// Fault → first neighbour reporting the port down (keepalive timeout or
+    /// the killed port itself), in ms. None if nobody noticed in time.
+    pub detection_ms: Option<f64>,
+    /// Who noticed.
+    pub detected_by: Option<String>,
+    /// Fault → new tables installed on every switch, in ms.
+    pub routes_installed_ms: Option<f64>,
+}
+
+impl FaultTiming {
+    pub fn new(fault: &Record, detected: Option<&Record>, installed: Option<&Record>) -> Self {
+        let ms = |r: &Record| r.time_ns.saturating_sub(fault.time_ns) as f64 / 1e6;
+        FaultTiming {
+            kind: fault.event["kind"].as_str().unwrap_or("?").to_string(),
+            element: fault.event["element"].as_str().unwrap_or("?").to_string(),
+            detection_ms: detected.map(ms),
+            detected_by: detected.map(|r| r.source.clone()),
+            routes_installed_ms: installed.map(ms),
+        }
+    }
+}
+
+/// The ports (node name, port) through which neighbours see `faults`.
+fn watched_ports(topo: &Topology, faults: &FaultSet) -> Vec<(String, u16)> {
+    let mut ports = Vec::new();
+    for &l in &faults.links {
+        let link = &topo.links[l as usize];
+        for end in [link.a, link.b] {
+            ports.push((topo.node_name(end.node).to_string(), end.port));
+        }
+    }
+    for &s in &faults.switches {
+        let node = NodeRef::Switch(s);
+        for p in 0..topo.radix(node) as u16 {
+            if let Some(peer) = topo.peer(PortRef { node, port: p }) {
+                ports.push((topo.node_name(peer.node).to_string(), peer.port));
+            }
+        }
+    }
+    ports
+}
+
+/// Waits for the first port-down event on a port facing one of `faults`.
+pub fn wait_detection(
+    events: &EventLog,
+    topo: &Topology,
+    faults: &FaultSet,
+    timeout: Duration,
+) -> Option<Record> {
+    let watched = watched_ports(topo, faults);
+    events.wait_for(timeout, |r| {
+        r.event["event"] == "port-down"
+            && watched
+                .iter()
+                .any(|(n, p)| *n == r.source && r.event["port"].as_u64() == Some(*p as u64))
+    })
+}
+
+fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+/// Polls host reports until every host has sent everything it generated
+/// and deliveries stop changing (in-flight messages have landed), or
+/// `timeout` passes. Returns the last reports.
+pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+    let deadline = Instant::now() + timeout;
+    let mut last_delivered = u64::MAX;
+    let mut stable_since = Instant::now();
+    loop {
+        let reports = fabric.reports(true)?;
+        let delivered: u64 = reports
+            .iter()
+            .map(|(_, r)| u(r, &["sink", "delivered_messages"]))
+            .sum();
+        let sent: u64 = reports
+            .iter()
+            .map(|(_, r)| u(r, &["source", "messages_sent"]))
+            .sum();
+        let drained = reports
+            .iter()
+            .all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        if delivered != last_delivered {
+            last_delivered = delivered;
+            stable_since = Instant::now();
+        }
+        let settled =
+            drained && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
+        if settled || Instant::now() > deadline {
+            return Ok(reports);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Totals over every host.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Totals {
+    pub messages_generated: u64,
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    /// Sent but never delivered.
+    pub messages_lost: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub corrupted: u64,
+    pub incomplete_packets: u64,
+    pub misdelivered_packets: u64,
+    pub not_generated_queue_full: u64,
+    pub flits_sent: u64,
+    pub flits_delivered: u64,
+    /// Messages senders still retain for recovery at the end (SBRP).
+    #[serde(default)]
+    pub retained: u64,
+    /// Messages delivered after an SBRP recovery, and flits resent for it.
+    #[serde(default)]
+    pub recovered_messages: u64,
+    #[serde(default)]
+    pub resent_flits: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// What `flitctl up` prints.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    pub topology: String,
+    pub switches: usize,
+    pub hosts: usize,
+    pub engine: String,
+    pub pattern: String,
+    pub load: f64,
+    pub duration_s: f64,
+    pub bring_up_s: f64,
+    pub totals: Totals,
+    /// Accepted throughput, flits/s, whole fabric.
+    pub accepted_flits_per_s: f64,
+    pub latency: Latency,
+    /// Flits dropped by switches, by reason.
+    pub drops: BTreeMap<String, u64>,
+    pub faults: Vec<FaultTiming>,
+    /// Flits that arrived at a full buffer (hosts and switches): must be 0.
+    pub credit_violations: u64,
+    /// True when every sent message was delivered exactly once, in order.
+    pub lossless: bool,
+}
+
+impl RunReport {
+    pub fn build(
+        topo: &Topology,
+        engine: &str,
+        spec: &TrafficSpec,
+        hosts: Vec<(NodeRef, serde_json::Value)>,
+        switches: Vec<(NodeRef, serde_json::Value)>,
+        faults: Vec<FaultTiming>,
+        bring_up: Duration,
+    ) -> RunReport {
+        let mut t = Totals::default();
+        let mut accepted = 0.0;
+        let mut p50 = Vec::new();
+        let (mut p99, mut max) = (0u64, 0u64);
+        for (_, r) in &hosts {
+            t.messages_generated += u(r, &["source", "generated_messages"]);
+            t.messages_sent += u(r, &["source", "messages_sent"]);
+            t.not_generated_queue_full += u(r, &["source", "not_generated_queue_full"]);
+            t.flits_sent += u(r, &["source", "flits_sent"]);
+            t.messages_delivered += u(r, &["sink", "delivered_messages"]);
+            t.flits_delivered += u(r, &["sink", "delivered_flits"]);
+            t.duplicates += u(r, &["sink", "duplicate_messages"]);
+            t.out_of_order += u(r, &["sink", "out_of_order_messages"]);
+            t.corrupted += u(r, &["sink", "corrupted_messages"]);
+            t.incomplete_packets += u(r, &["sink", "incomplete_packets"]);
+            t.misdelivered_packets += u(r, &["sink", "misdelivered_packets"]);
+            t.retained += u(r, &["retained"]);
+            t.recovered_messages += u(r, &["sink", "recovered_messages"]);
+            t.resent_flits += u(r, &["sbrp", "resent_flits"]);
+            accepted += r["throughput"]["accepted_flits_per_s"]
+                .as_f64()
+                .unwrap_or(0.0);
+            if u(r, &["latency_ns", "count"]) > 0 {
+                p50.push(u(r, &["latency_ns", "p50"]));
+                p99 = p99.max(u(r, &["latency_ns", "p99"]));
+                max = max.max(u(r, &["latency_ns", "max"]));
+            }
+        }
+        t.messages_lost = t.messages_sent.saturating_sub(t.messages_delivered);
+        p50.sort_unstable();
+        let mut drops = BTreeMap::new();
+        for (_, r) in &switches {
+            if let Some(obj) = r["drops"].as_object() {
+                for (reason, v) in obj {
+                    *drops.entry(reason.clone()).or_insert(0) += v.as_u64().unwrap_or(0);
+                }
+            }
+        }
+        drops.retain(|_, v| *v > 0);
+        let credit_violations = hosts
+            .iter()
+            .chain(&switches)
+            .map(|(_, r)| u(r, &["credit_violations"]))
+            .sum();
+        let lossless = t.messages_lost == 0
+            && t.duplicates == 0
+            && t.out_of_order == 0
+            && t.corrupted == 0
+            && t.misdelivered_packets == 0;
+        RunReport {
+            topology: topo.name.clone(),
+            switches: topo.num_switches(),
+            hosts: topo.num_hosts(),
+            engine: engine.to_string(),
+            pattern: spec.pattern.clone(),
+            load: spec.load,
+            duration_s: spec.duration_ns as f64 / 1e9,
+            bring_up_s: bring_up.as_secs_f64(),
+            totals: t,
+            accepted_flits_per_s: accepted,
+            latency: Latency {
+                // The median host's median: hosts report percentiles, not
+                // raw samples. p99 and max are the worst host's.
+                p50_us: p50.get(p50.len() / 2).copied().unwrap_or(0) as f64 / 1e3,
+                p99_us: p99 as f64 / 1e3,
+                max_us: max as f64 / 1e3,
+            },
+            drops,
+            faults,
+            credit_violations,
+            lossless,
+        }
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.totals;
+        writeln!(
+            f,
+            "flitnet run: {} ({} switches, {} hosts), routing {}",
+            self.topology, self.switches, self.hosts, self.engine
+        )?;
+        writeln!(
+            f,
+            "  traffic     {} at load {:.2} for {:.1}s; fabric up in {:.2}s",
+            self.pattern, self.load, self.duration_s, self.bring_up_s
+        )?;
+        writeln!(
+            f,
+            "  messages    generated {}  sent {}  delivered {}  lost {}",
+            t.messages_generated, t.messages_sent, t.messages_delivered, t.messages_lost
+        )?;
+        writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
+        writeln!(
+            f,
+            "  flits       sent {}  delivered {}  accepted {:.0} flits/s",
+            t.flits_sent, t.flits_delivered, self.accepted_flits_per_s
+        )?;
+        writeln!(
+            f,
+            "  latency     p50 {:.1} us  p99 {:.1} us  max {:.1} us",
+            self.latency.p50_us, self.latency.p99_us, self.latency.max_us
+        )?;
+        writeln!(
+            f,
+            "  credits     {} violations (flits that found no buffer)",
+            self.credit_violations
+        )?;
+        if self.drops.is_empty() {
+            writeln!(f, "  drops       none")?;
+        } else {
+            let d: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            writeln!(f, "  drops       {}", d.join("  "))?;
+        }
+        for fault in &self.faults {
+            let opt = |x: Option<f64>| x.map_or("never".to_string(), |v| format!("{v:.1} ms"));
+            writeln!(
+                f,
+                "  fault       {} {}: detected after {}{}, new routes installed after {}",
+                fault.kind,
+                fault.element,
+                opt(fault.detection_ms),
+                fault
+                    .detected_by
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(" by {b}")),
+                opt(fault.routes_installed_ms)
+            )?;
+        }
+        writeln!(
+            f,
+            "  verdict     {}",
+            if self.lossless {
+                "every message sent was delivered exactly once, in order".to_string()
+            } else {
+                format!(
+                    "{} messages lost, {} duplicated, {} out of order",
+                    t.messages_lost, t.duplicates, t.out_of_order
+                )
+            }
+        )
+    }
+}

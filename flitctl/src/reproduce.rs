@@ -1,0 +1,1179 @@
+//! `flitctl reproduce`: re-runs the papers' static experiments and sets our
+//! numbers beside the papers' (docs/reproduction.md is this command's output).
+//!
+//! Every paper figure below is a constant quoted with its source (the seed's
+//! digest section in /work/shared/spec); every "ours" is computed here, by
+//! the same code `flitctl analyze-faults` and the routing engines use. A row
+//! is a [`Verdict::Match`] only when our number prints as the paper's at the
+//! paper's precision (exact targets) or the paper's claim holds (trends).
+
+use crate::analyze_faults::{analyze, AnalyzeFaultsArgs, FaultAnalysis, Mode};
+use anyhow::{Context, Result};
+use clap::Args;
+use flitnet_core::analysis::dlr_connectivity::{connectivity_curve, Row as CurveRow};
+use flitnet_core::analysis::intermediate::{
+    tolerance_table, AnalysisOptions, FaultMode, MechanismUse, Mechanisms,
+};
+use flitnet_core::routing::gxmodk::{gdmodk, gsmodk};
+use flitnet_core::routing::interval::MemoryModel;
+use flitnet_core::routing::metrics::{
+    memory_per_switch, mu_flows, mu_rp, mu_sp, path_stats, TableRouter,
+};
+use flitnet_core::routing::registry::engine;
+use flitnet_core::routing::smodk::SmodkRouter;
+use flitnet_core::topology::generators::{kary_ntree, mesh_or_torus, pgft};
+use flitnet_core::topology::{FaultSet, HostId, HostKind, PgftParams, Topology};
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args, Debug, Clone)]
+pub struct ReproduceArgs {
+    /// Small versions of every experiment (seconds, not an hour).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the Markdown report here (e.g. docs/reproduction.md).
+    #[arg(long)]
+    pub write: Option<PathBuf>,
+    /// Print the report as JSON instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Worker threads for the fault analyses.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Only these sections (comma-separated ids: 004-table2, 004-table3,
+    /// 002-connectivity, 000-ft2ei, 001-routing, 003-sbrp).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// Section ids, in report order.
+pub const SECTIONS: [&str; 6] = [
+    "004-table2",
+    "004-table3",
+    "002-connectivity",
+    "000-ft2ei",
+    "001-routing",
+    "003-sbrp",
+];
+
+/// How our number relates to the paper's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    /// Same figure at the paper's precision, or the stated claim holds.
+    Match,
+    /// Differs; the note says why.
+    Differs,
+    /// The paper gives no number: ours only.
+    OursOnly,
+    /// Not computed here (see the note).
+    NotHere,
+}
+
+impl Verdict {
+    fn mark(self) -> &'static str {
+        match self {
+            Verdict::Match => "✔ match",
+            Verdict::Differs => "✘ differs",
+            Verdict::OursOnly => "— ours only",
+            Verdict::NotHere => "· not here",
+        }
+    }
+}
+
+/// One compared figure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Line {
+    pub what: String,
+    pub paper: String,
+    pub ours: String,
+    pub verdict: Verdict,
+    pub command: String,
+    pub note: String,
+}
+
+/// One experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Section {
+    pub id: &'static str,
+    pub title: &'static str,
+    /// Where the paper figures come from.
+    pub source: &'static str,
+    pub lines: Vec<Line>,
+    pub notes: Vec<String>,
+    pub seconds: f64,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub quick: bool,
+    pub sections: Vec<Section>,
+    pub seconds: f64,
+}
+
+impl Report {
+    /// The line of section `id` whose `what` starts with `what`.
+    pub fn line(&self, id: &str, what: &str) -> Option<&Line> {
+        self.sections
+            .iter()
+            .find(|s| s.id == id)?
+            .lines
+            .iter()
+            .find(|l| l.what.starts_with(what))
+    }
+}
+
+fn line(what: impl Into<String>, paper: impl Into<String>, ours: impl Into<String>) -> Line {
+    Line {
+        what: what.into(),
+        paper: paper.into(),
+        ours: ours.into(),
+        verdict: Verdict::OursOnly,
+        command: String::new(),
+        note: String::new(),
+    }
+}
+
+impl Line {
+    fn verdict(mut self, v: Verdict) -> Self {
+        self.verdict = v;
+        self
+    }
+    fn matches(self, ok: bool) -> Self {
+        self.verdict(if ok { Verdict::Match } else { Verdict::Differs })
+    }
+    fn cmd(mut self, c: impl Into<String>) -> Self {
+        self.command = c.into();
+        self
+    }
+    fn note(mut self, n: impl Into<String>) -> Self {
+        self.note = n.into();
+        self
+    }
+}
+
+/// True when `pct` prints as `printed` at the printed precision ("0" and
+/// "100" are exact claims).
+pub fn prints_as(pct: f64, printed: &str) -> bool {
+    match printed {
+        "0" => pct == 0.0,
+        "100" => pct == 100.0,
+        _ => {
+            let decimals = printed.split('.').nth(1).map_or(0, str::len);
+            let want: f64 = printed.parse().unwrap_or(f64::NAN);
+            (pct - want).abs() <= 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9
+        }
+    }
+}
+
+/// `pct` at the precision of `printed`.
+fn like(pct: f64, printed: &str) -> String {
+    let decimals = printed.split('.').nth(1).map_or(0, str::len);
+    if pct == 0.0 || pct == 100.0 {
+        format!("{pct:.0}")
+    } else {
+        format!("{pct:.*}", decimals.max(2))
+    }
+}
+
+fn args(
+    topo: &str,
+    mech: &str,
+    faults: usize,
+    mode: Mode,
+    samples: u64,
+    threads: usize,
+) -> AnalyzeFaultsArgs {
+    AnalyzeFaultsArgs {
+        topo: topo.into(),
+        mechanism: mech.into(),
+        faults,
+        mode,
+        samples,
+        seed: 2006,
+        threads,
+        json: false,
+        quiet: false,
+    }
+}
+
+fn command_of(a: &AnalyzeFaultsArgs) -> String {
+    let mode = match a.mode {
+        Mode::Exhaustive => "exhaustive".to_string(),
+        Mode::Distance1 => "distance1".to_string(),
+        Mode::Sampled => format!("sampled --samples {} --seed {}", a.samples, a.seed),
+    };
+    format!(
+        "flitctl analyze-faults {} --mechanism {} --faults {} --mode {mode}",
+        a.topo, a.mechanism, a.faults
+    )
+}
+
+// ---------------------------------------------------------------- seed 004
+
+/// Seed 004 Table 2, digest §6.1: (faults, combinations, cells). The
+/// 1-fault row is not printed; it is implied by "I is 1-fault-tolerant" and
+/// "D alone is useless" (§6.1 "Paper's reading").
+const T2_EXHAUSTIVE: [(usize, u64, [&str; 10]); 4] = [
+    (1, 81, ["100", "0", "0", "0", "0", "0", "0", "0", "0", "0"]),
+    (
+        2,
+        3_240,
+        ["100", "2.5", "0", "0", "0", "0", "0", "0", "0", "0"],
+    ),
+    (
+        3,
+        85_320,
+        ["100", "7.44", "0", "0", "0", "0", "0", "0", "0", "0"],
+    ),
+    (
+        4,
+        1_663_740,
+        ["100", "14.67", "0.95", "0.84", "0", "0", "0", "0", "0", "0"],
+    ),
+];
+
+/// Table 2's distance-1 rows (digest §6.1).
+const T2_DISTANCE1: [(usize, u64, [&str; 10]); 4] = [
+    (
+        5,
+        237_336,
+        ["100", "38.16", "8.47", "7.09", "0", "0", "0", "0", "0", "0"],
+    ),
+    (
+        6,
+        1_107_568,
+        [
+            "100", "54.52", "20.39", "17.29", "0.057", "0", "0", "0.01", "0", "0",
+        ],
+    ),
+    (
+        7,
+        4_272_048,
+        [
+            "100", "70.31", "36.95", "31.96", "0.35", "0", "0", "0.06", "0", "0",
+        ],
+    ),
+    (
+        8,
+        13_884_156,
+        [
+            "100", "83.30", "55.33", "49", "1.25", "0.0006", "0.0004", "0.31", "0", "0",
+        ],
+    ),
+];
+
+/// Table 2's statistical rows ("error < 1%", digest §6.1; the 8-fault M /
+/// D+M reading is the digest's).
+const T2_STATISTICAL: [(usize, [&str; 10]); 5] = [
+    (
+        6,
+        [
+            "100", "35.46", "11.22", "8.11", "0", "0", "0", "0", "0", "0",
+        ],
+    ),
+    (
+        8,
+        [
+            "100", "62.98", "41.04", "37.60", "0", "0", "0", "0", "0", "0",
+        ],
+    ),
+    (
+        10,
+        [
+            "100", "87.40", "70.29", "69.71", "0.48", "0", "0", "0.09", "0", "0",
+        ],
+    ),
+    (
+        12,
+        [
+            "100", "98.05", "91.69", "90.12", "2.79", "0", "0", "0.52", "0", "0",
+        ],
+    ),
+    (
+        14,
+        [
+            "100", "99.88", "98.86", "98.17", "8.47", "0", "0", "2.13", "0", "0",
+        ],
+    ),
+];
+
+fn t2_line(
+    label: String,
+    a: &FaultAnalysis,
+    paper_combos: Option<u64>,
+    cells: &[&str; 10],
+    statistical: bool,
+) -> Line {
+    let mut bad = Vec::new();
+    let mut ours = Vec::new();
+    for (r, printed) in a.results.iter().zip(cells) {
+        ours.push(like(r.not_tolerated_percent, printed));
+        let ok = if statistical {
+            // "error < 1%": the paper's value within our 95% interval
+            // widened by one point.
+            let want: f64 = printed.parse().unwrap_or(f64::NAN);
+            let (lo, hi) = r
+                .ci95_percent
+                .unwrap_or((r.not_tolerated_percent, r.not_tolerated_percent));
+            want >= lo - 1.0 && want <= hi + 1.0
+        } else {
+            prints_as(r.not_tolerated_percent, printed)
+        };
+        if !ok {
+            bad.push(format!(
+                "{} {}% vs {printed}%",
+                r.mechanism,
+                like(r.not_tolerated_percent, printed)
+            ));
+        }
+    }
+    let combos_ok = paper_combos.is_none_or(|c| c == a.combinations);
+    let paper = match paper_combos {
+        Some(c) => format!("{c} combos: {}", cells.join(" / ")),
+        None => cells.join(" / "),
+    };
+    let ours_s = format!("{} combos: {}", a.combinations, ours.join(" / "));
+    let mut l = line(label, paper, ours_s).matches(bad.is_empty() && combos_ok);
+    if !bad.is_empty() {
+        l = l.note(format!("differs: {}", bad.join("; ")));
+    }
+    l
+}
+
+fn seed004_table2(quick: bool, threads: usize) -> Result<Section> {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let max_exhaustive = if quick { 3 } else { 4 };
+    for (f, combos, cells) in T2_EXHAUSTIVE.iter().filter(|r| r.0 <= max_exhaustive) {
+        let a = args("torus:3x3x3", "table2", *f, Mode::Exhaustive, 0, threads);
+        let res = analyze(&a)?;
+        lines.push(
+            t2_line(
+                format!("Exhaustive, {f} fault(s)"),
+                &res,
+                Some(*combos),
+                cells,
+                false,
+            )
+            .cmd(command_of(&a)),
+        );
+    }
+    if !quick {
+        for (f, combos, cells) in T2_DISTANCE1.iter().filter(|r| r.0 <= 6) {
+            let a = args("torus:3x3x3", "table2", *f, Mode::Distance1, 0, threads);
+            let res = analyze(&a)?;
+            lines.push(
+                t2_line(
+                    format!("Distance-1, {f} faults"),
+                    &res,
+                    Some(*combos),
+                    cells,
+                    false,
+                )
+                .cmd(command_of(&a)),
+            );
+        }
+        for (f, combos, cells) in T2_DISTANCE1.iter().filter(|r| r.0 > 6) {
+            lines.push(
+                line(
+                    format!("Distance-1, {f} faults"),
+                    format!("{combos} combos: {}", cells.join(" / ")),
+                    "not run",
+                )
+                .verdict(Verdict::NotHere)
+                .cmd(format!(
+                    "flitctl analyze-faults torus:3x3x3 --mechanism table2 --faults {f} --mode distance1"
+                ))
+                .note(
+                    "4.3M / 13.9M combinations × 10 variants did not fit the time budget of the committed run \
+                     (about 80 / 260 CPU-seconds in release); run the command, or the core crate's ignored golden \
+                     tests (`cargo test --release -p flitnet-core -- --ignored intermediate`)",
+                ),
+            );
+        }
+    }
+    let (stat_rows, samples): (Vec<_>, u64) = if quick {
+        (
+            T2_STATISTICAL
+                .iter()
+                .filter(|r| r.0 == 6 || r.0 == 10)
+                .collect(),
+            2_000,
+        )
+    } else {
+        (T2_STATISTICAL.iter().collect(), 20_000)
+    };
+    for (f, cells) in stat_rows {
+        let a = args("torus:3x3x3", "table2", *f, Mode::Sampled, samples, threads);
+        let res = analyze(&a)?;
+        lines.push(
+            t2_line(format!("Statistical, {f} faults"), &res, None, cells, true)
+                .cmd(command_of(&a)),
+        );
+    }
+    Ok(Section {
+        id: "004-table2",
+        title: "Seed 004 Table 2: % of link-fault combinations not tolerated, 3×3×3 torus",
+        source: "digest 004 §6.1 (Table 2 as rebuilt there); columns D / I / M / D+M / I+D / I+M / I+D+M / I×2 / I×3 / I×2+D",
+        lines,
+        notes: vec![
+            "Exhaustive and distance-1 rows must match at the printed precision (digest §6.1: exact golden targets).".into(),
+            "Statistical rows: the paper's sampling procedure is not described (digest §8 item 7); we draw uniform \
+             combinations and call a cell matching when the paper's value lies within our 95% interval widened by the \
+             paper's stated 1% error. The digest already reports deviations for M at 8 faults, D+M, and I+D at 13–14 faults."
+                .into(),
+        ],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn seed004_table3(quick: bool, threads: usize) -> Result<Section> {
+    let started = Instant::now();
+    let topo = mesh_or_torus(&[3, 3, 3], true)?;
+    let u = |i, d, m| MechanismUse {
+        intermediates: i,
+        deterministic: d,
+        misroute: m,
+    };
+    // (faults, affected, I+D+M's I share, D+M's D share, D+M's M + D+M shares).
+    const PAPER: [(usize, &str, &str, &str, &str); 3] = [
+        (1, "6.85", "100", "64.08", "36.04"),
+        (2, "13.03", "99.70", "62.40", "37.58"),
+        (3, "18.60", "99.26", "60.82", "39.15"),
+    ];
+    let mut lines = Vec::new();
+    for (f, affected, i_share, d_share, m_share) in PAPER.iter().filter(|p| !quick || p.0 <= 2) {
+        let rows = tolerance_table(
+            &topo,
+            &[Mechanisms::i_d_m(), Mechanisms::d_m()],
+            *f,
+            FaultMode::Exhaustive,
+            &AnalysisOptions {
+                threads,
+                mechanism_split: true,
+            },
+            &|_, _| {},
+        )?;
+        let ppc = rows.pairs_per_combination;
+        let printed: f64 = affected.parse().unwrap_or(f64::NAN);
+        let idm = rows.rows[0].split.as_ref().context("split requested")?;
+        let dm = rows.rows[1].split.as_ref().context("split requested")?;
+        let aff = idm.affected_percent(ppc);
+        // The paper truncated 6.8587 to 6.85 and rounded 13.0316 to 13.03
+        // (digest §6.2): accept either.
+        let truncated = (aff * 100.0).floor() / 100.0;
+        let cmd = format!(
+            "flitctl reproduce (tolerance_table with mechanism split, {f} exhaustive faults)"
+        );
+        lines.push(
+            line(
+                format!("{f} faults: affected pairs"),
+                format!("{affected}%"),
+                format!("{aff:.4}%"),
+            )
+            .matches(prints_as(aff, affected) || prints_as(truncated, affected))
+            .cmd(cmd.clone()),
+        );
+        let i = idm.paper_share_percent(u(1, false, false), ppc, printed);
+        let i_exact = idm.share_percent(u(1, false, false));
+        let want: f64 = i_share.parse().unwrap_or(f64::NAN);
+        lines.push(
+            line(
+                format!("{f} faults: I+D+M, share using one IN"),
+                format!("{i_share}%"),
+                format!("{i:.2}% (exactly normalised {i_exact:.2}%)"),
+            )
+            .matches((i - want).abs() <= 0.03 || (i_exact - want).abs() <= 0.03)
+            .cmd(cmd.clone()),
+        );
+        let d = dm.paper_share_percent(u(0, true, false), ppc, printed);
+        lines.push(
+            line(
+                format!("{f} faults: D+M, share using D"),
+                format!("{d_share}%"),
+                format!("{d:.2}%"),
+            )
+            .matches((d - d_share.parse::<f64>().unwrap_or(f64::NAN)).abs() <= 0.03)
+            .cmd(cmd.clone()),
+        );
+        let m = dm.paper_share_percent(u(0, false, true), ppc, printed)
+            + dm.paper_share_percent(u(0, true, true), ppc, printed);
+        lines.push(
+            line(format!("{f} faults: D+M, share using M or D+M"), format!("{m_share}%"), format!("{m:.2}%"))
+                .matches((m - m_share.parse::<f64>().unwrap_or(f64::NAN)).abs() <= 0.03)
+                .cmd(cmd)
+                .note("M and D+M summed: their split is not determined by the paper's route choice (digest §3.8)"),
+        );
+    }
+    Ok(Section {
+        id: "004-table3",
+        title: "Seed 004 Table 3: affected pairs and the mechanisms they use, 3×3×3 torus, exhaustive",
+        source: "digest 004 §6.2 (shares normalised by the printed affected %, as the paper did)",
+        lines,
+        notes: vec!["A share matches within 0.03 points (the paper's rounding of the affected % it divides by).".into()],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+// ---------------------------------------------------------------- seed 002
+
+fn curve_cells(r: &CurveRow) -> String {
+    format!(
+        "DLR {:.3}, ADLR {:.3}, reconfig {:.3}, minimal {:.3}, physical {:.3} ({} sets{})",
+        r.p_dlr(),
+        r.p_dlr_adaptive(),
+        r.p_updown(),
+        r.p_minimal(),
+        r.p_physical(),
+        r.sets,
+        if r.exhaustive { ", exhaustive" } else { "" }
+    )
+}
+
+fn seed002(quick: bool, threads: usize) -> Result<Section> {
+    let started = Instant::now();
+    let samples = if quick { 30 } else { 500 };
+    let mut lines = Vec::new();
+    let cmd = |k: u32, n: u32| {
+        format!("flitctl reproduce (connectivity_curve({k}, {n}, 10 faults, {samples} samples, seed 2009))")
+    };
+    let t43 = connectivity_curve(4, 3, 10, samples, 2009)?;
+    let all = |r: &CurveRow| r.dlr == r.sets && r.dlr_adaptive == r.sets && r.updown == r.sets;
+    lines.push(
+        line(
+            "4-ary 3-tree, 4 faults",
+            "all 500 tested combinations connected, all algorithms",
+            curve_cells(&t43[4]),
+        )
+        .matches(all(&t43[4]))
+        .cmd(cmd(4, 3)),
+    );
+    // "≈97%": 97 within each method's 95% interval, widened by one point
+    // for the "≈" (Fig. 11 is read off a plot).
+    let r10 = &t43[10];
+    let near97 = [r10.dlr, r10.dlr_adaptive, r10.updown].iter().all(|&c| {
+        let (lo, hi) = crate::analyze_faults::wilson95(c, r10.sets);
+        (lo - 1.0..=hi + 1.0).contains(&97.0)
+    });
+    lines.push(
+        line(
+            "4-ary 3-tree, 10 faults",
+            "≈97% for all three",
+            curve_cells(&t43[10]),
+        )
+        .matches(near97)
+        .cmd(cmd(4, 3))
+        .note(
+            "≈97% read off Fig. 11: matched when 97% lies in each method's 95% interval ±1 point",
+        ),
+    );
+    for r in t43.iter().filter(|r| r.faults != 4 && r.faults != 10) {
+        lines.push(
+            line(
+                format!("4-ary 3-tree, {} faults", r.faults),
+                "curve only",
+                curve_cells(r),
+            )
+            .cmd(cmd(4, 3)),
+        );
+    }
+    let t26 = connectivity_curve(2, 6, 10, samples, 2009)?;
+    lines.push(
+        line(
+            "2-ary 6-tree, 2 faults",
+            "no algorithm at 100%",
+            curve_cells(&t26[2]),
+        )
+        .matches(t26[2].p_dlr() < 1.0 && t26[2].p_updown() < 1.0 && t26[2].p_minimal() < 1.0)
+        .cmd(cmd(2, 6)),
+    );
+    let sum = |f: fn(&CurveRow) -> u64| t26[2..].iter().map(f).sum::<u64>();
+    lines.push(
+        line(
+            "2-ary 6-tree, 2–10 faults: DDRC vs DLR",
+            "DDRC (minimal-path reconfiguration) falls faster than DLR",
+            format!(
+                "sets connected over 2–10 faults: DLR {}, DDRC {}",
+                sum(|r| r.dlr),
+                sum(|r| r.minimal)
+            ),
+        )
+        .matches(sum(|r| r.minimal) < sum(|r| r.dlr))
+        .cmd(cmd(2, 6)),
+    );
+    for r in t26.iter().filter(|r| r.faults != 2) {
+        lines.push(
+            line(
+                format!("2-ary 6-tree, {} faults", r.faults),
+                "curve only",
+                curve_cells(r),
+            )
+            .cmd(cmd(2, 6)),
+        );
+    }
+    // The k−1 guarantee, exhaustively.
+    let guarantee: Vec<(&str, usize)> = if quick {
+        vec![("kary:4,3", 1), ("kary:2,6", 1)]
+    } else {
+        vec![
+            ("kary:4,3", 1),
+            ("kary:4,3", 2),
+            ("kary:4,3", 3),
+            ("kary:2,6", 1),
+        ]
+    };
+    for (topo, f) in guarantee {
+        let a = args(
+            topo,
+            "dlr,dlr-adaptive,reconfig",
+            f,
+            Mode::Exhaustive,
+            0,
+            threads,
+        );
+        let res = analyze(&a)?;
+        let bad: u64 = res.results[..2].iter().map(|r| r.not_tolerated).sum();
+        lines.push(
+            line(
+                format!("k−1 guarantee, {topo}, {f} faults"),
+                "every combination of ≤ k−1 link faults tolerated (DLR, ADLR)",
+                format!(
+                    "{} combinations: DLR {} / ADLR {} / reconfig {} not tolerated",
+                    res.combinations,
+                    res.results[0].not_tolerated,
+                    res.results[1].not_tolerated,
+                    res.results[2].not_tolerated
+                ),
+            )
+            .matches(bad == 0)
+            .cmd(command_of(&a)),
+        );
+    }
+    Ok(Section {
+        id: "002-connectivity",
+        title: "Seed 002 Fig. 11: probability every pair stays connected beyond k−1 link faults",
+        source: "digest 002 §6.4 (Fig. 11 prose), §4 (k−1 guarantee)",
+        lines,
+        notes: vec![
+            "DLR / ADLR are walked with the switch's own DlrSwitch logic; reconfig = every pair keeps an up*/down* path \
+             (any height); minimal = DDRC's minimal up/down paths (digest §3.10)."
+                .into(),
+            "Fig. 11's curves are not printed as numbers: only the stated points and trends are compared.".into(),
+        ],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+// ---------------------------------------------------------------- seed 000
+
+fn seed000(quick: bool, threads: usize) -> Result<Section> {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let run = |what: String,
+               paper: &str,
+               topo: &str,
+               mech: &str,
+               f: usize,
+               mode: Mode,
+               samples: u64,
+               check: &dyn Fn(f64) -> bool,
+               note: &str|
+     -> Result<Line> {
+        let a = args(topo, mech, f, mode, samples, threads);
+        let res = analyze(&a)?;
+        let r = &res.results[0];
+        let ours = format!(
+            "{:.2}% ({} of {})",
+            r.not_tolerated_percent, r.not_tolerated, res.combinations
+        );
+        Ok(line(what, paper, ours)
+            .matches(check(r.not_tolerated_percent))
+            .cmd(command_of(&a))
+            .note(note))
+    };
+    // Tables 3.1/3.2: k−1 tolerated, with 1, 2 and 3 EIs.
+    for (k, n) in [(2, 2), (2, 3), (3, 3), (4, 2)] {
+        let eis_list: &[usize] = if quick && k == 4 { &[1] } else { &[1, 2, 3] };
+        for &eis in eis_list {
+            lines.push(run(
+                format!(
+                    "Table 3.1/3.2, {k}-ary {n}-tree, {} faults, {eis} EI",
+                    k - 1
+                ),
+                "0% (k−1 tolerated)",
+                &format!("kary:{k},{n}"),
+                &format!("ft2ei:{eis}"),
+                k as usize - 1,
+                Mode::Exhaustive,
+                0,
+                &|p| p == 0.0,
+                "",
+            )?);
+        }
+    }
+    lines.push(run(
+        "Table 3.1, 4-ary 3-tree, 3 faults".into(),
+        "0%",
+        "kary:4,3",
+        "ft2ei",
+        3,
+        Mode::Sampled,
+        if quick { 200 } else { 10_000 },
+        &|p| p == 0.0,
+        "",
+    )?);
+    // 2-ary 2-tree: none tolerated at 5 faults.
+    let max22 = if quick { 2 } else { 5 };
+    for f in 2..=max22 {
+        if f == 5 {
+            lines.push(run(
+                format!("Fig 3.13, 2-ary 2-tree, {f} faults"),
+                "100% (no combination tolerated)",
+                "kary:2,2",
+                "ft2ei",
+                f,
+                Mode::Exhaustive,
+                0,
+                &|p| p == 100.0,
+                "",
+            )?);
+        } else {
+            lines.push(run(
+                format!("Fig 3.13, 2-ary 2-tree, {f} faults"),
+                "curve only",
+                "kary:2,2",
+                "ft2ei",
+                f,
+                Mode::Exhaustive,
+                0,
+                &|_| true,
+                "digest §4.8 replication: 28.57 / 71.43 / 94.29% at 2 / 3 / 4",
+            )?);
+            if let Some(l) = lines.last_mut() {
+                l.verdict = Verdict::OursOnly;
+            }
+        }
+    }
+    lines.push(run(
+        "Fig 3.13, 2-ary 3-tree, 2 faults".into(),
+        "6%",
+        "kary:2,3",
+        "ft2ei",
+        2,
+        Mode::Exhaustive,
+        0,
+        &|p| prints_as(p, "6"),
+        "",
+    )?);
+    if !quick {
+        let why = "digest §4.8/§8: the thesis's tool was more conservative than an exact oracle; its 4-ary 3-tree figures are upper bounds";
+        lines.push(run(
+            "Fig 3.13, 4-ary 3-tree, 4 faults".into(),
+            "0.23%",
+            "kary:4,3",
+            "ft2ei",
+            4,
+            Mode::Sampled,
+            10_000,
+            &|p| prints_as(p, "0.23"),
+            why,
+        )?);
+        lines.push(run(
+            "§3.5, 4-ary 3-tree, 8 faults".into(),
+            "1.95% (98.05% tolerated)",
+            "kary:4,3",
+            "ft2ei",
+            8,
+            Mode::Sampled,
+            10_000,
+            &|p| prints_as(p, "1.95"),
+            why,
+        )?);
+    }
+    // §3.7 memory at k = 32.
+    const MEMORY: [(u64, [u64; 5]); 4] = [
+        (64, [768, 12_672, 1_536, 5_248, 768]),
+        (1_024, [16_384, 206_848, 2_560, 6_016, 1_280]),
+        (32_768, [688_128, 6_782_976, 3_840, 6_976, 1_920]),
+        (1_048_576, [27_262_976, 222_298_112, 5_120, 7_936, 2_560]),
+    ];
+    for (n, paper) in MEMORY {
+        let m = MemoryModel { k: 32, n_hosts: n };
+        let ours = [
+            m.table_deterministic(),
+            m.table_adaptive(),
+            m.ft2ei(2),
+            m.fir(),
+            m.ir(),
+        ];
+        let fmt = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ");
+        lines.push(
+            line(
+                format!("§3.7 memory bits, k=32, N={n} (FTdet / FTadap / FT²EI(2) / FIR / IR)"),
+                fmt(&paper),
+                fmt(&ours),
+            )
+            .matches(ours == paper)
+            .cmd("flitctl reproduce (MemoryModel)")
+            .note("formulas [T]; values computed in the digest [D]"),
+        );
+    }
+    // Interval routing vs installed LFTs on a real tree.
+    for (k, n) in [(4, 3), (8, 3)] {
+        let topo = kary_ntree(k, n)?;
+        let tables = engine("dmodk")?.route(&topo, &FaultSet::none())?;
+        let lft = memory_per_switch(&topo, &tables)
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        let m = MemoryModel {
+            k: k as u64,
+            n_hosts: topo.num_hosts() as u64,
+        };
+        lines.push(
+            line(
+                format!("{k}-ary {n}-tree, bits per switch: installed Dmodk LFT vs IR vs FT²EI(2)"),
+                "tables ≫ intervals (Fig 3.24)",
+                format!("LFT {lft} / IR {} / FT²EI(2) {}", m.ir(), m.ft2ei(2)),
+            )
+            .matches(lft > m.ft2ei(2))
+            .cmd("flitctl reproduce (memory_per_switch of dmodk tables, MemoryModel)"),
+        );
+    }
+    Ok(Section {
+        id: "000-ft2ei",
+        title: "Seed 000: FT²EI fault tolerance and memory per switch",
+        source: "digest 000 §6.3 (Tables 3.1/3.2, Fig 3.13), §4.8 (replication notes), §3.7 (memory)",
+        lines,
+        notes: vec![
+            "Faults are directed switch-to-switch links, the thesis's granularity (digest §4.8, §8 #1); applied in \
+             increasing link order; tolerated = every pair has an allowed path and no allowed path runs into a fault."
+                .into(),
+        ],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+// ---------------------------------------------------------------- seed 001
+
+fn pg(m: &[u32], w: &[u32], p: &[u32]) -> Result<Topology> {
+    Ok(pgft(&PgftParams {
+        m: m.to_vec(),
+        w: w.to_vec(),
+        p: p.to_vec(),
+    })?)
+}
+
+fn seed001(quick: bool) -> Result<Section> {
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let none = FaultSet::none();
+    // G_P: ν and μ^SP under Dmodk.
+    let gp = pg(&[4, 2, 4], &[1, 2, 2], &[1, 2, 1])?;
+    let t = engine("dmodk")?.route(&gp, &none)?;
+    let r = TableRouter::new(&gp, &none, &t);
+    let nu = path_stats(&r).nu;
+    lines.push(
+        line(
+            "G_P = PGFT(3;4,2,4;1,2,2;1,2,1), Dmodk: ν",
+            "5.35",
+            format!("{nu:.4}"),
+        )
+        .matches(format!("{nu:.2}") == "5.35")
+        .cmd("flitctl reproduce (path_stats)"),
+    );
+    let sp = mu_sp(&r, &gp).0.mu;
+    lines.push(
+        line("G_P, Dmodk: μ^SP", "2", sp.to_string())
+            .matches(sp == 2)
+            .cmd("flitctl reproduce (mu_sp)"),
+    );
+    // G_3 C2IO (§7.2).
+    let mut g3 = pg(&[4, 4, 6], &[1, 2, 2], &[1, 1, 1])?;
+    for h in &mut g3.hosts {
+        if h.id % 4 == 3 {
+            h.kind = HostKind::Storage;
+        }
+    }
+    let flows: Vec<(HostId, HostId)> = (0..96u32)
+        .filter(|n| n % 4 != 3)
+        .map(|n| (n, ((n / 4 + 4) % 24) * 4 + 3))
+        .collect();
+    let dm = engine("dmodk")?.route(&g3, &none)?;
+    let gd = gdmodk(&g3)?;
+    let results = [
+        (
+            "Dmodk",
+            "4",
+            mu_flows(&TableRouter::new(&g3, &none, &dm), &g3, &flows).mu,
+        ),
+        (
+            "Smodk",
+            "4",
+            mu_flows(&SmodkRouter::new(&g3)?, &g3, &flows).mu,
+        ),
+        (
+            "Gdmodk",
+            "1",
+            mu_flows(&TableRouter::new(&g3, &none, &gd), &g3, &flows).mu,
+        ),
+        ("Gsmodk", "3", mu_flows(&gsmodk(&g3)?, &g3, &flows).mu),
+    ];
+    for (name, paper, mu) in results {
+        lines.push(
+            line(
+                format!("G_3 = XGFT(3;4,4,6;1,2,2), C2IO, {name}: μ"),
+                paper,
+                mu.to_string(),
+            )
+            .matches(paper == mu.to_string())
+            .cmd("flitctl reproduce (mu_flows, C2IO)"),
+        );
+    }
+    // Table 2.1 on the 512-node RLFT (the printed G_2 cannot give it, §7.1).
+    let rlft = pg(&[16, 32], &[1, 16], &[1, 1])?;
+    let rp_runs = if quick { 100 } else { 1000 };
+    let engines: &[(&str, &str)] = if quick {
+        &[("dmodk", "1")]
+    } else {
+        &[("dmodk", "1"), ("ftree", "1"), ("minhop", "1")]
+    };
+    for (name, paper_sp) in engines {
+        let began = Instant::now();
+        let t = engine(name)?.route(&rlft, &none)?;
+        let ms = began.elapsed().as_secs_f64() * 1e3;
+        let r = TableRouter::new(&rlft, &none, &t);
+        let sp = if quick {
+            None
+        } else {
+            Some(mu_sp(&r, &rlft).0.mu)
+        };
+        let rp = mu_rp(&r, &rlft, rp_runs, 1);
+        let ours = format!(
+            "μ^SP {} / μ^RP({rp_runs}) median {} [{}..{}]; routed in {ms:.1} ms",
+            sp.map_or("not run".into(), |s| s.to_string()),
+            rp.median,
+            rp.q1_40,
+            rp.q39_40
+        );
+        let ok = sp.is_none_or(|s| s.to_string() == *paper_sp) && rp.median == 5;
+        lines.push(
+            line(
+                format!("Table 2.1, 512-node RLFT XGFT(2;16,32;1,16), {name}"),
+                format!("μ^SP {paper_sp} / μ^RP(1000) median 5"),
+                ours,
+            )
+            .matches(ok)
+            .cmd("flitctl reproduce (mu_sp, mu_rp)"),
+        );
+    }
+    if !quick {
+        let mut sps = Vec::new();
+        for seed in 1..=6u64 {
+            let t = flitnet_core::routing::random::random_shortest_path(&rlft, &none, seed);
+            sps.push(mu_sp(&TableRouter::new(&rlft, &none, &t), &rlft).0.mu);
+        }
+        let ok = sps.iter().all(|&s| s > 1);
+        lines.push(
+            line(
+                "Table 2.1, 512-node RLFT, RandSP μ^SP (6 runs)",
+                "9,7,7,9,7,8 (poor on shifts)",
+                format!("{sps:?}"),
+            )
+            .matches(ok)
+            .cmd("flitctl reproduce (random_shortest_path seeds 1..6, mu_sp)")
+            .note("random: the claim (RandSP poor on SP) is compared, not the draws"),
+        );
+        // Degraded: random link removal, Dmodc vs the OpenSM-style engines.
+        let mut rng = ChaCha8Rng::seed_from_u64(2022);
+        let switch_links = flitnet_core::recovery::walk::switch_links(&rlft);
+        let dead: Vec<u32> = sample(&mut rng, switch_links.len(), 32)
+            .into_iter()
+            .map(|i| switch_links[i])
+            .collect();
+        let faults = FaultSet::with_links(dead);
+        let mut rps = Vec::new();
+        for name in ["dmodc", "ftree", "minhop", "updown"] {
+            let began = Instant::now();
+            let t = engine(name)?.route(&rlft, &faults)?;
+            let ms = began.elapsed().as_secs_f64() * 1e3;
+            let r = TableRouter::new(&rlft, &faults, &t);
+            let sp = mu_sp(&r, &rlft).0;
+            let rp = mu_rp(&r, &rlft, 1000, 1);
+            let nu = path_stats(&r).nu;
+            rps.push((name, rp.median, sp.mu));
+            lines.push(line(
+                format!("512-node RLFT, 32 random links removed, {name}"),
+                "—",
+                format!("μ^SP {} / μ^RP(1000) median {} [{}..{}] / ν {nu:.3} / unrouted {}; routed in {ms:.1} ms", sp.mu, rp.median, rp.q1_40, rp.q39_40, sp.unrouted),
+            ).cmd("flitctl reproduce (degraded RLFT, seed 2022)"));
+        }
+        let dmodc = rps[0];
+        let best = rps.iter().all(|r| dmodc.1 <= r.1);
+        lines.push(
+            line("Degraded: Dmodc has the lowest congestion risk", "Dmodc lowest μ across degradation (Figs 4.6/4.7)", format!("μ^RP medians {:?}", rps.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()))
+                .matches(best)
+                .cmd("flitctl reproduce (degraded RLFT, seed 2022)")
+                .note("one throw on a 512-node stand-in, not the unpublished 8640-node PGFT (digest §7.5, §9)"),
+        );
+        // Route computation time on the 8640-node PGFT stand-in.
+        let path = std::path::Path::new("topologies/pgft-8640.yaml");
+        if path.exists() {
+            let big = crate::topo::load(path)?;
+            let began = Instant::now();
+            engine("dmodc")?.route(&big, &none)?;
+            let ms = began.elapsed().as_secs_f64() * 1e3;
+            lines.push(
+                line("Dmodc route computation, 8640-node PGFT stand-in", "tens of thousands of nodes in < 1 s", format!("{ms:.0} ms ({} switches)", big.num_switches()))
+                    .matches(ms < 1000.0)
+                    .cmd("flitctl reproduce (engine dmodc on topologies/pgft-8640.yaml)")
+                    .note("digest §7.4: absolute times lost with Fig. 4.5; the ≥15× ratio to OpenSM is not measured here"),
+            );
+        }
+    }
+    Ok(Section {
+        id: "001-routing",
+        title: "Seed 001: congestion risk μ / μ^SP / μ^RP, effective distance ν, route computation",
+        source: "digest 001 §6.3 (ν on G_P), §7.1 (Table 2.1, 512-node reading), §7.2 (C2IO), §7.4–7.5",
+        lines,
+        notes: vec![
+            "Table 2.1 is compared on XGFT(2;16,32;1,16): its printed values are impossible on the printed 32-node G_2 (digest §7.1, §9 #1).".into(),
+        ],
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+// ---------------------------------------------------------------- seed 003
+
+fn seed003() -> Section {
+    Section {
+        id: "003-sbrp",
+        title: "Seed 003: SBRP recovery ordering",
+        source: "digest 003",
+        lines: vec![line(
+            "SBRP ordering",
+            "see digest 003",
+            "measured by tests/sbrp.rs",
+        )
+        .verdict(Verdict::NotHere)
+        .note("the SBRP work has not landed on this branch; no numbers are invented here")],
+        notes: vec![],
+        seconds: 0.0,
+    }
+}
+
+/// Runs every experiment.
+/// Runs the experiments in `only` (every one when empty).
+pub fn reproduce(quick: bool, threads: usize, only: &[String]) -> Result<Report> {
+    let started = Instant::now();
+    if let Some(bad) = only.iter().find(|o| !SECTIONS.contains(&o.as_str())) {
+        anyhow::bail!("unknown section `{bad}` (known: {})", SECTIONS.join(", "));
+    }
+    let wanted = |id: &str| only.is_empty() || only.iter().any(|o| o == id);
+    let mut sections = Vec::new();
+    for id in SECTIONS.iter().filter(|id| wanted(id)) {
+        sections.push(match *id {
+            "004-table2" => seed004_table2(quick, threads)?,
+            "004-table3" => seed004_table3(quick, threads)?,
+            "002-connectivity" => seed002(quick, threads)?,
+            "000-ft2ei" => seed000(quick, threads)?,
+            "001-routing" => seed001(quick)?,
+            _ => seed003(),
+        });
+    }
+    Ok(Report {
+        quick,
+        sections,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The report as Markdown.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Reproduction of the papers' static results\n");
+    let _ = writeln!(
+        s,
+        "GENERATED by `flitctl reproduce{}` ({:.0} s) — do not edit by hand. Paper figures are constants quoted \
+         from the digests in /work/shared/spec (section given per table); ours are computed by flitnet-core.\n",
+        if r.quick { " --quick" } else { " --write docs/reproduction.md" },
+        r.seconds
+    );
+    let count = |v: Verdict| {
+        r.sections
+            .iter()
+            .flat_map(|s| &s.lines)
+            .filter(|l| l.verdict == v)
+            .count()
+    };
+    let _ = writeln!(
+        s,
+        "Summary: {} match, {} differ, {} ours only, {} not computed here.\n",
+        count(Verdict::Match),
+        count(Verdict::Differs),
+        count(Verdict::OursOnly),
+        count(Verdict::NotHere)
+    );
+    for sec in &r.sections {
+        let _ = writeln!(s, "## {}\n", sec.title);
+        let _ = writeln!(
+            s,
+            "Source of the paper figures: {}. Run time {:.1} s.\n",
+            sec.source, sec.seconds
+        );
+        let _ = writeln!(s, "| Figure | Paper | Ours | Verdict | Command | Note |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for l in &sec.lines {
+            let cmd = if l.command.is_empty() {
+                String::new()
+            } else {
+                format!("`{}`", cell(&l.command))
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                cell(&l.what),
+                cell(&l.paper),
+                cell(&l.ours),
+                l.verdict.mark(),
+                cmd,
+                cell(&l.note)
+            );
+        }
+        s.push('\n');
+        for n in &sec.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+        if !sec.notes.is_empty() {
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// `flitctl reproduce`.
+pub fn run(a: ReproduceArgs) -> Result<()> {
+    let report = reproduce(a.quick, a.threads, &a.only)?;
+    let text = if a.json {
+        serde_json::to_string_pretty(&report)?
+    } else {
+        render(&report)
+    };
+    match &a.write {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,727 @@
+//! Chaos scenario files: what `flitctl chaos SCENARIO.yaml` runs.
+//!
+//! ```yaml
+//! topology: ../kary-4-3.yaml        # relative to this file
+//! mechanism: reroute                # reroute | none (sbrp0/1/2, dlr: planned)
+//! seed: 1
+//! traffic: {pattern: uniform, load: 0.05, duration: 6s}
+//! fabric: {bandwidth: 20000, dead_after: 300ms}
+//! timeline:
+//!   - {at: 1.5s, action: kill-link, target: "s0-0:4"}
+//!   - {at: 3s, action: restore-link, target: "s0-0:4"}
+//!   - {at: 3.5s, action: corrupt, target: "s1-0:2", count: 5}
+//! random: {rate_per_s: 0.02, seed: 7, kinds: [kill-link], repair_after: 1s}
+//! ```
+//!
+//! Everything is checked before any process starts ([`Scenario::load`]):
+//! unknown keys (serde `deny_unknown_fields`), unknown mechanisms, actions
+//! and elements, times out of order or beyond the traffic duration, repairs
+//! of elements that are not broken. Errors name the file, the line and the
+//! timeline entry.
+
+use crate::up::parse_duration;
+use anyhow::{bail, Context, Result};
+use flitnet_core::control::{FabricParams, SwitchingMode};
+use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Deserializer};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A duration written `1.5s`, `300ms`, … or a bare number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Time(pub Duration);
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(t) => t,
+        };
+        parse_duration(&text)
+            .map(Time)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What the controller (and the fabric) do about faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mechanism {
+    /// Recompute tables without the failed elements on every detected
+    /// fault (DDRC, spec 002 §3.10), and back on every repair.
+    Reroute,
+    /// Leave the tables alone: packets routed to a dead port are dropped.
+    None,
+    /// Source-based retransmission (spec 003), levels 0–2: planned.
+    Sbrp0,
+    Sbrp1,
+    Sbrp2,
+    /// Dynamic local rerouting in the switches (spec 002): planned.
+    Dlr,
+}
+
+impl Mechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Reroute => "reroute",
+            Mechanism::None => "none",
+            Mechanism::Sbrp0 => "sbrp0",
+            Mechanism::Sbrp1 => "sbrp1",
+            Mechanism::Sbrp2 => "sbrp2",
+            Mechanism::Dlr => "dlr",
+        }
+    }
+
+    /// Whether the mechanism promises every message delivered exactly once.
+    pub fn promises_delivery(self) -> bool {
+        matches!(self, Mechanism::Sbrp1 | Mechanism::Sbrp2)
+    }
+}
+
+/// One kind of fault or repair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionKind {
+    KillLink,
+    RestoreLink,
+    KillSwitch,
+    RestoreSwitch,
+    SigkillSwitch,
+    RestartSwitch,
+    Corrupt,
+}
+
+impl ActionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ActionKind::KillLink => "kill-link",
+            ActionKind::RestoreLink => "restore-link",
+            ActionKind::KillSwitch => "kill-switch",
+            ActionKind::RestoreSwitch => "restore-switch",
+            ActionKind::SigkillSwitch => "sigkill-switch",
+            ActionKind::RestartSwitch => "restart-switch",
+            ActionKind::Corrupt => "corrupt",
+        }
+    }
+
+    fn targets_link(self) -> bool {
+        matches!(
+            self,
+            ActionKind::KillLink | ActionKind::RestoreLink | ActionKind::Corrupt
+        )
+    }
+
+    /// A repair (as opposed to a fault).
+    pub fn is_repair(self) -> bool {
+        matches!(
+            self,
+            ActionKind::RestoreLink | ActionKind::RestoreSwitch | ActionKind::RestartSwitch
+        )
+    }
+
+    /// The repair undoing this fault, if any.
+    fn repair(self) -> Option<ActionKind> {
+        match self {
+            ActionKind::KillLink => Some(ActionKind::RestoreLink),
+            ActionKind::KillSwitch => Some(ActionKind::RestoreSwitch),
+            ActionKind::SigkillSwitch => Some(ActionKind::RestartSwitch),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineEntry {
+    pub at: Time,
+    pub action: ActionKind,
+    /// `NODE:PORT` for link actions, a switch name for switch actions.
+    pub target: String,
+    /// Datagrams to corrupt (corrupt only).
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomFaults {
+    /// Faults per second per element (Poisson).
+    pub rate_per_s: f64,
+    pub seed: u64,
+    /// Fault kinds to draw from (repairs are not faults).
+    pub kinds: Vec<ActionKind>,
+    /// Repair each fault this long after it (None: faults are permanent).
+    #[serde(default)]
+    pub repair_after: Option<Time>,
+    /// Datagrams per corrupt fault.
+    #[serde(default = "default_corrupt_count")]
+    pub corrupt_count: u32,
+}
+
+fn default_corrupt_count() -> u32 {
+    10
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrafficSection {
+    pub pattern: String,
+    pub load: f64,
+    pub message_flits: u32,
+    pub duration: Time,
+    pub rounds: u32,
+}
+
+impl Default for TrafficSection {
+    fn default() -> Self {
+        TrafficSection {
+            pattern: "uniform".into(),
+            load: 0.05,
+            message_flits: 8,
+            duration: Time(Duration::from_secs(5)),
+            rounds: 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FabricSection {
+    pub vcs: u8,
+    pub buffer_depth: u16,
+    pub switching: SwitchingMode,
+    /// Flits per second per link (0 = unlimited).
+    pub bandwidth: u64,
+    pub delay: Time,
+    pub dead_after: Time,
+    pub max_packet_flits: u32,
+}
+
+impl Default for FabricSection {
+    fn default() -> Self {
+        FabricSection {
+            vcs: 2,
+            buffer_depth: 16,
+            switching: SwitchingMode::Wormhole,
+            bandwidth: 20_000,
+            delay: Time(Duration::from_micros(10)),
+            dead_after: Time(Duration::from_millis(300)),
+            max_packet_flits: 8,
+        }
+    }
+}
+
+impl FabricSection {
+    pub fn params(&self) -> FabricParams {
+        let dead_after = self.dead_after.0.as_nanos() as u64;
+        FabricParams {
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            switching: self.switching,
+            bandwidth_flits_per_s: (self.bandwidth > 0).then_some(self.bandwidth),
+            propagation_ns: self.delay.0.as_nanos() as u64,
+            keepalive_interval_ns: (dead_after / 6).max(1_000_000),
+            dead_after_ns: dead_after,
+            mtu: 1400,
+            flit_payload: 16,
+            max_packet_flits: self.max_packet_flits,
+            recovery: Default::default(),
+        }
+    }
+}
+
+/// The file as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    pub topology: PathBuf,
+    pub mechanism: Mechanism,
+    #[serde(default = "default_engine")]
+    pub engine: String,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    #[serde(default)]
+    pub traffic: TrafficSection,
+    #[serde(default)]
+    pub fabric: FabricSection,
+    #[serde(default)]
+    pub timeline: Vec<TimelineEntry>,
+    #[serde(default)]
+    pub random: Option<RandomFaults>,
+}
+
+fn default_engine() -> String {
+    "auto".into()
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// The element an action applies to, resolved against the topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Target {
+    /// A link, and the end named (corrupt damages what that end sends).
+    Link {
+        link: LinkId,
+        end: PortRef,
+    },
+    Switch(SwitchId),
+}
+
+/// One checked action of the schedule.
+#[derive(Clone, Debug)]
+pub struct Action {
+    /// After traffic starts.
+    pub at: Duration,
+    pub kind: ActionKind,
+    pub target: Target,
+    /// The target as written (or generated), for reports.
+    pub label: String,
+    pub count: u32,
+    /// Where it came from: `timeline[2] (line 14)` or `random`.
+    pub origin: String,
+}
+
+/// A checked scenario: everything needed to run it.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub path: PathBuf,
+    pub file: ScenarioFile,
+    pub topo: Topology,
+    pub topology_path: PathBuf,
+    /// Timeline and random actions merged, in time order.
+    pub actions: Vec<Action>,
+}
+
+/// The 1-based line of item `index` of the top-level list `key`, found by
+/// scanning the text (the YAML parser keeps no positions for values).
+fn entry_line(text: &str, key: &str, index: usize) -> Option<usize> {
+    let mut lines = text.lines().enumerate();
+    let prefix = format!("{key}:");
+    lines.find(|(_, l)| l.starts_with(&prefix))?;
+    let mut seen = 0;
+    let mut indent = None;
+    for (n, l) in lines {
+        let trimmed = l.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let depth = l.len() - trimmed.len();
+        if depth == 0 && !trimmed.starts_with('-') {
+            return None; // next top-level key
+        }
+        if trimmed.starts_with('-') && indent.is_none_or(|i| i == depth) {
+            indent = Some(depth);
+            if seen == index {
+                return Some(n + 1);
+            }
+            seen += 1;
+        }
+    }
+    None
+}
+
+/// Is `s` a leaf switch (one with a host attached)? Faults there cut hosts
+/// off, which no rerouting can mend (spec 002 §3.2).
+pub fn is_leaf(topo: &Topology, s: SwitchId) -> bool {
+    let node = NodeRef::Switch(s);
+    (0..topo.radix(node) as u16).any(|port| {
+        topo.peer(PortRef { node, port })
+            .is_some_and(|p| matches!(p.node, NodeRef::Host(_)))
+    })
+}
+
+fn resolve(topo: &Topology, kind: ActionKind, target: &str) -> Result<Target> {
+    if kind.targets_link() {
+        let link = crate::up::parse_link(topo, target)?;
+        let (name, port) = target.rsplit_once(':').expect("parse_link checked");
+        let node = topo.find_node(name).expect("parse_link checked");
+        let port: u16 = port.parse().expect("parse_link checked");
+        if kind == ActionKind::Corrupt && !matches!(node, NodeRef::Switch(_)) {
+            bail!("corrupt `{target}`: corruption is injected by switches; name the switch end of the link");
+        }
+        Ok(Target::Link {
+            link,
+            end: PortRef { node, port },
+        })
+    } else {
+        match topo.find_node(target) {
+            Some(NodeRef::Switch(s)) => Ok(Target::Switch(s)),
+            Some(NodeRef::Host(_)) => bail!("`{target}` is a host, not a switch"),
+            None => bail!("no switch named `{target}`"),
+        }
+    }
+}
+
+impl Scenario {
+    /// Reads and checks `path`. Nothing is started.
+    pub fn load(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading scenario {}", path.display()))?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks scenario `text` (read from `path`, which relative topology
+    /// paths are resolved against).
+    pub fn parse(path: &Path, text: &str) -> Result<Scenario> {
+        let file: ScenarioFile = serde_yaml_ng::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let at_entry = |i: usize| match entry_line(text, "timeline", i) {
+            Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
+            None => format!("{}: timeline[{i}]", path.display()),
+        };
+        if !matches!(file.mechanism, Mechanism::Reroute | Mechanism::None) {
+            bail!(
+                "{}: mechanism `{}` is not available in chaos runs yet (use reroute or none)",
+                path.display(),
+                file.mechanism.name()
+            );
+        }
+        let topology_path = if file.topology.is_absolute() {
+            file.topology.clone()
+        } else {
+            path.parent().unwrap_or(Path::new(".")).join(&file.topology)
+        };
+        let topo = crate::topo::load(&topology_path)
+            .with_context(|| format!("{}: topology", path.display()))?;
+        let duration = file.traffic.duration.0;
+        if duration.is_zero() {
+            bail!("{}: traffic.duration must be positive", path.display());
+        }
+        let mut actions = Vec::new();
+        let mut previous = Duration::ZERO;
+        for (i, e) in file.timeline.iter().enumerate() {
+            let what = format!("{} {} at {:?}", e.action.name(), e.target, e.at.0);
+            let at = e.at.0;
+            if at < previous {
+                bail!(
+                    "{}: {what}: {:?} is in the past (the entry before is at {:?}); keep the timeline in time order",
+                    at_entry(i),
+                    at,
+                    previous
+                );
+            }
+            if at >= duration {
+                bail!(
+                    "{}: {what}: {:?} is not within the traffic duration {:?}",
+                    at_entry(i),
+                    at,
+                    duration
+                );
+            }
+            previous = at;
+            let target = resolve(&topo, e.action, &e.target)
+                .with_context(|| format!("{}: {what}", at_entry(i)))?;
+            let count = match (e.action, e.count) {
+                (ActionKind::Corrupt, Some(0)) => {
+                    bail!("{}: {what}: count must be at least 1", at_entry(i))
+                }
+                (ActionKind::Corrupt, Some(n)) => n,
+                (ActionKind::Corrupt, None) => {
+                    bail!("{}: {what}: corrupt needs a count (datagrams)", at_entry(i))
+                }
+                (_, Some(_)) => bail!("{}: {what}: count is only for corrupt", at_entry(i)),
+                (_, None) => 0,
+            };
+            let origin = at_entry(i);
+            actions.push(Action {
+                at,
+                kind: e.action,
+                target,
+                label: e.target.clone(),
+                count,
+                origin,
+            });
+        }
+        if let Some(r) = &file.random {
+            actions.extend(random_actions(path, &topo, r, duration)?);
+        }
+        actions.sort_by_key(|a| a.at);
+        check_states(&actions)?;
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            file,
+            topo,
+            topology_path,
+            actions,
+        })
+    }
+}
+
+/// Replays the schedule on the set of broken elements: a repair needs the
+/// matching fault before it, and an element cannot break twice.
+fn check_states(actions: &[Action]) -> Result<()> {
+    let mut broken: BTreeSet<(Target, ActionKind)> = BTreeSet::new();
+    for a in actions {
+        let name = format!("{} {} at {:?}", a.kind.name(), a.label, a.at);
+        let element = match a.target {
+            Target::Link { link, .. } => Target::Link {
+                link,
+                end: PortRef::switch(0, 0),
+            },
+            t => t,
+        };
+        match a.kind {
+            ActionKind::Corrupt => {}
+            k if k.is_repair() => {
+                let fault = [
+                    ActionKind::KillLink,
+                    ActionKind::KillSwitch,
+                    ActionKind::SigkillSwitch,
+                ]
+                .into_iter()
+                .find(|f| f.repair() == Some(k))
+                .expect("every repair undoes a fault");
+                if !broken.remove(&(element, fault)) {
+                    bail!(
+                        "{}: {name}: nothing to repair (no {} of it before)",
+                        a.origin,
+                        fault.name()
+                    );
+                }
+            }
+            k => {
+                if broken.iter().any(|(t, _)| *t == element) {
+                    bail!("{}: {name}: it is already broken at that time", a.origin);
+                }
+                broken.insert((element, k));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A seeded Poisson schedule: every eligible element fails at
+/// `rate_per_s`; the superposition is one Poisson process of rate
+/// `rate × elements`, each arrival hitting an element drawn uniformly.
+/// Leaf switches and host links are not eligible (spec 002 §3.2).
+fn random_actions(
+    path: &Path,
+    topo: &Topology,
+    r: &RandomFaults,
+    duration: Duration,
+) -> Result<Vec<Action>> {
+    if !(r.rate_per_s.is_finite() && r.rate_per_s > 0.0) {
+        bail!(
+            "{}: random.rate_per_s = {} must be positive",
+            path.display(),
+            r.rate_per_s
+        );
+    }
+    if r.kinds.is_empty() {
+        bail!("{}: random.kinds is empty", path.display());
+    }
+    if let Some(k) = r.kinds.iter().find(|k| k.is_repair()) {
+        bail!(
+            "{}: random.kinds: `{}` is a repair, not a fault (use repair_after)",
+            path.display(),
+            k.name()
+        );
+    }
+    let links: Vec<LinkId> = (0..topo.links.len() as LinkId)
+        .filter(|&l| {
+            let link = &topo.links[l as usize];
+            matches!(link.a.node, NodeRef::Switch(_)) && matches!(link.b.node, NodeRef::Switch(_))
+        })
+        .collect();
+    let switches: Vec<SwitchId> = (0..topo.num_switches() as SwitchId)
+        .filter(|&s| !is_leaf(topo, s))
+        .collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(r.seed);
+    let mut out = Vec::new();
+    // Elements broken until the given time.
+    let mut busy: Vec<(Target, Duration)> = Vec::new();
+    let mut t = 0.0f64;
+    for n in 0.. {
+        let kind = r.kinds[rng.gen_range(0..r.kinds.len())];
+        let pool = if kind.targets_link() {
+            links.len()
+        } else {
+            switches.len()
+        };
+        if pool == 0 {
+            bail!(
+                "{}: random: no element is eligible for {}",
+                path.display(),
+                kind.name()
+            );
+        }
+        let rate = r.rate_per_s * pool as f64;
+        t += -(1.0 - rng.gen::<f64>()).ln() / rate;
+        let at = Duration::from_secs_f64(t);
+        if at >= duration || n > 10_000 {
+            break;
+        }
+        let target = if kind.targets_link() {
+            let link = links[rng.gen_range(0..links.len())];
+            Target::Link {
+                link,
+                end: topo.links[link as usize].a,
+            }
+        } else {
+            Target::Switch(switches[rng.gen_range(0..switches.len())])
+        };
+        let element = |t: Target| match t {
+            Target::Link { link, .. } => (0, link),
+            Target::Switch(s) => (1, s),
+        };
+        busy.retain(|(_, until)| *until > at);
+        if busy.iter().any(|(b, _)| element(*b) == element(target)) {
+            continue;
+        }
+        let label = match target {
+            Target::Link { end, .. } => format!("{}:{}", topo.node_name(end.node), end.port),
+            Target::Switch(s) => topo.node_name(NodeRef::Switch(s)).to_string(),
+        };
+        let repair_at = r.repair_after.map(|d| at + d.0);
+        let count = if kind == ActionKind::Corrupt {
+            r.corrupt_count.max(1)
+        } else {
+            0
+        };
+        out.push(Action {
+            at,
+            kind,
+            target,
+            label: label.clone(),
+            count,
+            origin: "random".into(),
+        });
+        match (kind.repair(), repair_at) {
+            (Some(repair), Some(when)) if when < duration => {
+                busy.push((target, when));
+                out.push(Action {
+                    at: when,
+                    kind: repair,
+                    target,
+                    label,
+                    count: 0,
+                    origin: "random".into(),
+                });
+            }
+            (Some(_), _) => busy.push((target, Duration::MAX)),
+            (None, _) => {}
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario> {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../topologies/scenarios/x.yaml");
+        Scenario::parse(&dir, text)
+    }
+
+    const HEAD: &str = "topology: ../kary-4-2.yaml\nmechanism: reroute\ntraffic: {duration: 4s}\n";
+
+    #[test]
+    fn a_good_timeline_is_resolved_in_order() {
+        let s = parse(&format!(
+            "{HEAD}timeline:\n  - {{at: 1s, action: kill-link, target: \"s0-0:4\"}}\n  - {{at: 2s, action: restore-link, target: \"s0-0:4\"}}\n  - {{at: 2.5s, action: corrupt, target: \"s0-0:4\", count: 3}}\n"
+        ))
+        .unwrap();
+        assert_eq!(s.actions.len(), 3);
+        assert_eq!(s.actions[0].kind, ActionKind::KillLink);
+        assert_eq!(s.actions[2].count, 3);
+        assert_eq!(s.actions[1].at, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn mistakes_are_named_with_file_line_and_entry() {
+        let cases = [
+            (
+                "  - {at: 1s, action: kill-link, target: \"nope:4\"}\n",
+                "no node named `nope`",
+            ),
+            (
+                "  - {at: 9s, action: kill-link, target: \"s0-0:4\"}\n",
+                "not within the traffic duration",
+            ),
+            (
+                "  - {at: 1s, action: restore-link, target: \"s0-0:4\"}\n",
+                "nothing to repair",
+            ),
+            (
+                "  - {at: 1s, action: corrupt, target: \"s0-0:4\"}\n",
+                "needs a count",
+            ),
+            (
+                "  - {at: 1s, action: kill-switch, target: \"h00\"}\n",
+                "is a host",
+            ),
+        ];
+        for (entry, want) in cases {
+            let text = format!(
+                "{HEAD}timeline:\n  - {{at: 0.5s, action: kill-switch, target: \"s1-0\"}}\n{entry}"
+            );
+            let err = format!("{:#}", parse(&text).unwrap_err());
+            assert!(err.contains(want), "{want}: {err}");
+            assert!(err.contains("x.yaml:6: timeline[1]"), "{err}");
+        }
+        let past = format!(
+            "{HEAD}timeline:\n  - {{at: 2s, action: kill-switch, target: \"s1-0\"}}\n  - {{at: 1s, action: restore-switch, target: \"s1-0\"}}\n"
+        );
+        assert!(format!("{:#}", parse(&past).unwrap_err()).contains("in the past"));
+        let unknown_key = format!(
+            "{HEAD}timeline:\n  - {{at: 1s, action: corrupt, target: \"s0-0:4\", cout: 3}}\n"
+        );
+        let err = format!("{:#}", parse(&unknown_key).unwrap_err());
+        assert!(
+            err.contains("unknown field `cout`") && err.contains("line 5"),
+            "{err}"
+        );
+        let mech = "topology: ../kary-4-2.yaml\nmechanism: magic\n";
+        let err = format!("{:#}", parse(mech).unwrap_err());
+        assert!(
+            err.contains("unknown variant `magic`") && err.contains("line 2"),
+            "{err}"
+        );
+        let planned = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
+        assert!(format!("{:#}", parse(planned).unwrap_err()).contains("not available"));
+    }
+
+    #[test]
+    fn random_schedules_are_seeded_and_pair_repairs() {
+        let text = format!(
+            "{HEAD}random: {{rate_per_s: 0.1, seed: 5, kinds: [kill-link, sigkill-switch], repair_after: 500ms}}\n"
+        );
+        let a = parse(&text).unwrap();
+        let b = parse(&text).unwrap();
+        let show = |s: &Scenario| {
+            s.actions
+                .iter()
+                .map(|a| format!("{:?} {:?} {}", a.at, a.kind, a.label))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(show(&a), show(&b));
+        assert!(!a.actions.is_empty());
+        let faults = a.actions.iter().filter(|x| !x.kind.is_repair()).count();
+        let repairs = a.actions.len() - faults;
+        assert!(repairs <= faults && faults - repairs <= faults);
+        for x in &a.actions {
+            if let Target::Switch(s) = x.target {
+                assert!(!is_leaf(&a.topo, s), "leaf switch drawn: {}", x.label);
+            }
+        }
+    }
+
+    #[test]
+    fn entry_lines_skip_comments_and_nested_lists() {
+        let text = "a: 1\ntimeline:\n  # c\n  - x: [1]\n    y:\n      - 2\n  - z\nrandom: 3\n";
+        assert_eq!(entry_line(text, "timeline", 0), Some(4));
+        assert_eq!(entry_line(text, "timeline", 1), Some(7));
+        assert_eq!(entry_line(text, "timeline", 2), None);
+    }
+}

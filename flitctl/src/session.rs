@@ -1,0 +1,148 @@
+//! The bring-up → traffic → collect flow shared by `flitctl up` and
+//! `flitctl chaos`: start the event log and one process per node, install
+//! fault-free routes, start traffic, and at the end wait for in-flight
+//! messages and gather every daemon's report.
+
+use crate::events::EventLog;
+use crate::fabric::{Fabric, LaunchOptions};
+use crate::report;
+use crate::up::{compute_routes, TrafficArgs};
+use anyhow::{bail, Context, Result};
+use flitnet_core::control::{FabricParams, TrafficSpec};
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::topology::{FaultSet, NodeRef, Topology};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What a fabric is brought up with.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    pub params: FabricParams,
+    /// Routing engine name, or `auto`.
+    pub engine: String,
+    pub seed: u64,
+    pub metrics: bool,
+    /// Directory for configs, logs, events; a fresh temp dir when None.
+    pub run_dir: Option<PathBuf>,
+    /// Tables to install instead of computing them with `engine`
+    /// (`--tables`: flitnet JSON or an OpenSM dump).
+    pub tables: Option<RoutingTables>,
+}
+
+/// A running fabric with its event log and installed routes.
+pub struct Session {
+    pub topo: Topology,
+    pub fabric: Fabric,
+    pub events: EventLog,
+    /// The fault-free tables installed at bring-up.
+    pub tables: RoutingTables,
+    pub run_dir: PathBuf,
+    /// Time from the first process started to every daemon answering.
+    pub bring_up: Duration,
+}
+
+/// Every daemon's final report.
+pub struct Collected {
+    pub hosts: Vec<(NodeRef, serde_json::Value)>,
+    pub switches: Vec<(NodeRef, serde_json::Value)>,
+}
+
+/// The directory `up` and `chaos` write into.
+pub fn run_dir_or_temp(run_dir: Option<&Path>, what: &str) -> PathBuf {
+    match run_dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::temp_dir().join(format!("flitnet-{what}-{}", std::process::id())),
+    }
+}
+
+/// The traffic of `args` with `seed`.
+pub fn traffic_spec(args: &TrafficArgs, seed: u64) -> TrafficSpec {
+    TrafficSpec {
+        pattern: args.pattern.clone(),
+        load: args.load,
+        message_flits: args.message_flits,
+        duration_ns: args.duration.as_nanos() as u64,
+        rounds: args.rounds,
+        seed,
+    }
+}
+
+impl Session {
+    /// Computes the fault-free routes (refusing an engine that needs more
+    /// VCs than the fabric has *before* anything starts), launches the
+    /// fabric and installs them.
+    pub fn start(topo: Topology, opts: &SessionOptions, what: &str) -> Result<Session> {
+        let tables = match &opts.tables {
+            Some(t) => t.clone(),
+            None => compute_routes(&topo, &opts.engine, &FaultSet::none())?,
+        };
+        if tables.vcs > opts.params.vcs {
+            bail!(
+                "routing engine {} needs {} virtual channels; run with --vcs {}",
+                tables.engine,
+                tables.vcs,
+                tables.vcs
+            );
+        }
+        let run_dir = run_dir_or_temp(opts.run_dir.as_deref(), what);
+        std::fs::create_dir_all(&run_dir)
+            .with_context(|| format!("creating {}", run_dir.display()))?;
+        let events = EventLog::start("127.0.0.1:0".parse()?, Some(&run_dir.join("events.jsonl")))?;
+        let bin_dir = std::env::current_exe()?
+            .parent()
+            .context("flitctl has no directory")?
+            .to_path_buf();
+        let launch = LaunchOptions {
+            params: opts.params.clone(),
+            subnet: None,
+            run_dir: run_dir.clone(),
+            bin_dir,
+            metrics: opts.metrics,
+            seed: opts.seed,
+            ready_timeout: Duration::from_secs(30),
+            events_addr: Some(events.addr()),
+        };
+        let started = Instant::now();
+        let fabric = Fabric::launch(topo.clone(), &launch)?;
+        let bring_up = started.elapsed();
+        fabric.install_routes(&tables)?;
+        events.record(serde_json::json!({"event": "routes-installed", "engine": tables.engine}));
+        eprintln!(
+            "fabric up: {} switches, {} hosts in {:.2}s (run dir {})",
+            topo.num_switches(),
+            topo.num_hosts(),
+            bring_up.as_secs_f64(),
+            run_dir.display()
+        );
+        Ok(Session {
+            topo,
+            fabric,
+            events,
+            tables,
+            run_dir,
+            bring_up,
+        })
+    }
+
+    /// Starts `spec` on every host; returns when traffic started.
+    pub fn start_traffic(&self, spec: &TrafficSpec) -> Result<Instant> {
+        self.fabric.start_traffic(spec)?;
+        let at = Instant::now();
+        self.events
+            .record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
+        Ok(at)
+    }
+
+    /// Waits (up to `drain`) for in-flight messages to land, then gathers
+    /// every live daemon's report.
+    pub fn collect(&self, drain: Duration) -> Result<Collected> {
+        let hosts = report::drain(&self.fabric, drain)?;
+        let switches = self.fabric.reports(false)?;
+        Ok(Collected { hosts, switches })
+    }
+
+    /// Stops every daemon.
+    pub fn shutdown(self) -> Result<()> {
+        self.fabric.shutdown()
+    }
+}

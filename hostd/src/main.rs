@@ -1,0 +1,285 @@
+//! `hostd`: one end node of an emulated fabric. The sans-IO
+//! [`HostEndpoint`] (traffic source, sink, one link) inside the shared
+//! runtime shell.
+
+use anyhow::Result;
+use clap::Parser;
+use flitnet_core::control::{DaemonConfig, Request, Response, Role, TrafficSpec};
+use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
+use flitnet_core::host::retained::ReleasePolicy;
+use flitnet_core::host::sbrp::SbrpConfig;
+use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
+use flitnet_core::host::traffic::TrafficPattern;
+use flitnet_core::link::LinkConfig;
+use flitnet_core::topology::PortNo;
+use flitnet_runtime::{daemon, run, Node};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
+use std::path::PathBuf;
+
+/// One host of a flitnet fabric. Normally started by `flitctl up` or docker
+/// compose with a configuration file the controller wrote.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The JSON configuration file written by the controller.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Link parameters of a host or switch port, from the fabric parameters.
+fn link_config(cfg: &DaemonConfig) -> LinkConfig {
+    let f = &cfg.fabric;
+    LinkConfig {
+        vcs: f.vcs,
+        buffer_depth: f.buffer_depth,
+        bandwidth_flits_per_s: f.bandwidth_flits_per_s,
+        propagation_ns: f.propagation_ns,
+        keepalive_interval_ns: f.keepalive_interval_ns,
+        dead_after_ns: f.dead_after_ns,
+        mtu: f.mtu,
+        ..LinkConfig::default()
+    }
+}
+
+struct HostNode {
+    name: String,
+    cfg: DaemonConfig,
+    endpoint: HostEndpoint,
+    events: flitnet_runtime::events::EventSender,
+    /// Latest lateness of a timer, for the emulation-lag gauge.
+    lag_ns: u64,
+}
+
+impl HostNode {
+    fn source_config(&self, spec: &TrafficSpec) -> Result<SourceConfig, String> {
+        let pattern: TrafficPattern = spec.pattern.parse().map_err(|e| format!("{e}"))?;
+        if !(spec.load > 0.0 && spec.load <= 1.0) {
+            return Err(format!("load {} must be in (0, 1]", spec.load));
+        }
+        let link = self.cfg.fabric.bandwidth_flits_per_s.unwrap_or(1_000_000) as f64;
+        Ok(SourceConfig {
+            pattern,
+            load: OfferedLoad::Fraction {
+                fraction: spec.load,
+                link_flits_per_s: link,
+            },
+            length: MessageLength::Fixed {
+                flits: spec.message_flits.max(1),
+            },
+            max_packet_flits: self.cfg.fabric.max_packet_flits,
+            payload_bytes: self.cfg.fabric.flit_payload as usize,
+            duration_ns: Some(spec.duration_ns),
+            // SBRP resends from the sender's retained copy: keep each
+            // message for the hold window (docs/sbrp.md).
+            release: if self.cfg.fabric.recovery.is_on() {
+                ReleasePolicy::HoldFor {
+                    hold_ns: self.cfg.fabric.recovery_hold_ns(),
+                }
+            } else {
+                ReleasePolicy::WhenSent
+            },
+            ..SourceConfig::default()
+        })
+    }
+}
+
+impl Node for HostNode {
+    fn handle_datagram(&mut self, now: u64, _port: PortNo, data: &[u8]) {
+        self.endpoint.handle_datagram(now, data);
+    }
+
+    fn handle_timeout(&mut self, now: u64) {
+        if let Some(due) = self.endpoint.poll_timeout() {
+            self.lag_ns = now.saturating_sub(due);
+        }
+        self.endpoint.handle_timeout(now);
+    }
+
+    fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<PortNo> {
+        self.endpoint.poll_transmit(now, buf).then_some(0)
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.endpoint.poll_timeout()
+    }
+
+    fn control(&mut self, now: u64, request: Request) -> Response {
+        match request {
+            Request::Ping => Response::Ok {
+                body: serde_json::json!({"name": self.name, "role": "host"}),
+            },
+            Request::StartTraffic { spec } => match self.source_config(&spec) {
+                Ok(source) => match self.endpoint.set_source(source, spec.seed).and_then(|()| {
+                    self.endpoint.set_recovery(SbrpConfig {
+                        protocol: self.cfg.fabric.recovery,
+                        ..SbrpConfig::default()
+                    })
+                }) {
+                    Ok(()) => {
+                        self.endpoint.start(now);
+                        tracing::info!(pattern = %spec.pattern, load = spec.load, "traffic started");
+                        Response::ok()
+                    }
+                    Err(e) => Response::error(e.to_string()),
+                },
+                Err(e) => Response::error(format!("{}: {e}", self.name)),
+            },
+            Request::StopTraffic => {
+                self.endpoint.stop(now);
+                Response::ok()
+            }
+            Request::Report => {
+                let mut body = serde_json::to_value(self.endpoint.report()).unwrap_or_default();
+                body["name"] = self.name.clone().into();
+                body["drained"] = self.endpoint.is_drained().into();
+                body["credit_violations"] = self.endpoint.link().stats().rx_overflow.into();
+                Response::Ok { body }
+            }
+            Request::SetPort { port: 0, up } => {
+                self.endpoint.link_mut().set_admin_up(up);
+                Response::ok()
+            }
+            Request::SetPort { port, .. } => {
+                Response::error(format!("{}: a host has only port 0, not {port}", self.name))
+            }
+            Request::SetAllPorts { up } => {
+                self.endpoint.link_mut().set_admin_up(up);
+                Response::ok()
+            }
+            Request::Corrupt { .. } => Response::error(format!(
+                "{}: corruption is injected on switch ports only",
+                self.name
+            )),
+            Request::InstallTable { .. } | Request::ConfigureReroute { .. } => {
+                Response::error(format!("{}: a host has no forwarding table", self.name))
+            }
+            Request::Shutdown => Response::ok(),
+        }
+    }
+
+    fn after_io(&mut self, now: u64) {
+        while let Some(ev) = self.endpoint.poll_event() {
+            match ev {
+                HostEvent::Delivered { latency_ns, .. } => {
+                    histogram!("flitnet_host_message_latency_seconds", "host" => self.name.clone())
+                        .record(latency_ns as f64 / 1e9)
+                }
+                HostEvent::Link(e) => self.events.link_event(now, 0, &e),
+                other => tracing::warn!(event = ?other, "host event"),
+            }
+        }
+    }
+
+    fn publish_metrics(&mut self, _now: u64) {
+        let r = self.endpoint.report();
+        let host = self.name.clone();
+        counter!("flitnet_host_messages_sent_total", "host" => host.clone())
+            .absolute(r.source.messages_sent);
+        counter!("flitnet_host_messages_delivered_total", "host" => host.clone())
+            .absolute(r.sink.delivered_messages);
+        counter!("flitnet_host_flits_sent_total", "host" => host.clone())
+            .absolute(r.source.flits_sent);
+        counter!("flitnet_host_flits_delivered_total", "host" => host.clone())
+            .absolute(r.sink.delivered_flits);
+        counter!("flitnet_host_duplicates_total", "host" => host.clone())
+            .absolute(r.sink.duplicate_messages);
+        counter!("flitnet_host_out_of_order_total", "host" => host.clone())
+            .absolute(r.sink.out_of_order_messages);
+        // Flits the receiver discarded (duplicates are counted above).
+        for (reason, flits) in [
+            ("corrupted", r.sink.corrupted_flits),
+            ("orphan", r.sink.orphan_flits),
+        ] {
+            counter!("flitnet_drops_total", "host" => host.clone(), "reason" => reason)
+                .absolute(flits);
+        }
+        gauge!("flitnet_emulation_lag_seconds", "host" => host.clone())
+            .set(self.lag_ns as f64 / 1e9);
+        gauge!("flitnet_port_up", "host" => host).set(if self.endpoint.link().is_peer_alive() {
+            1.0
+        } else {
+            0.0
+        });
+    }
+}
+
+/// HELP lines of the exposition (docs/metrics.md, "hostd"); Prometheus
+/// lints an exposition without them.
+fn describe_metrics() {
+    for (name, help) in [
+        (
+            "flitnet_host_messages_sent_total",
+            "Messages fully injected.",
+        ),
+        (
+            "flitnet_host_messages_delivered_total",
+            "Messages received complete, exactly once.",
+        ),
+        ("flitnet_host_flits_sent_total", "Flits injected."),
+        (
+            "flitnet_host_flits_delivered_total",
+            "Flits of delivered messages.",
+        ),
+        (
+            "flitnet_host_duplicates_total",
+            "Duplicate messages dropped by the receiver.",
+        ),
+        (
+            "flitnet_host_out_of_order_total",
+            "Messages delivered out of order in their flow.",
+        ),
+        (
+            "flitnet_drops_total",
+            "Flits the receiver discarded, by reason.",
+        ),
+    ] {
+        describe_counter!(name, help);
+    }
+    describe_gauge!(
+        "flitnet_emulation_lag_seconds",
+        "How late the event loop ran its last timer."
+    );
+    describe_gauge!("flitnet_port_up", "1 while the host's link peer is alive.");
+    describe_histogram!(
+        "flitnet_host_message_latency_seconds",
+        Unit::Seconds,
+        "Message generation to delivery."
+    );
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let d = daemon::start(&args.config)?;
+    describe_metrics();
+    let Role::Host { id, hosts } = d.config.role else {
+        anyhow::bail!(
+            "{}: this configuration is for a switch; start switchd with it",
+            args.config.display()
+        );
+    };
+    let host_cfg = HostConfig {
+        host: id,
+        hosts,
+        source: SourceConfig::default(),
+        injection: Default::default(),
+        link: link_config(&d.config),
+        epoch: flitnet_runtime::epoch(),
+        seed: d.config.seed,
+        record_trace: false,
+    };
+    let endpoint = HostEndpoint::new(host_cfg)?;
+    let mut node = HostNode {
+        name: d.config.name.clone(),
+        events: flitnet_runtime::events::EventSender::new(
+            d.config.name.clone(),
+            d.config.events_addr,
+        ),
+        cfg: d.config,
+        endpoint,
+        lag_ns: 0,
+    };
+    let mut transport = d.transport;
+    run(&mut node, &mut transport, d.inbox)
+}

@@ -1,0 +1,54 @@
+//! What every daemon does before its state machine starts: read and check
+//! the configuration, start logging and metrics, bind the sockets.
+
+use crate::control::{self, ControlInbox};
+use crate::telemetry;
+use crate::transport::UdpTransport;
+use anyhow::{Context, Result};
+use flitnet_core::control::DaemonConfig;
+use std::path::Path;
+
+/// A daemon's configuration and its bound sockets.
+pub struct Daemon {
+    pub config: DaemonConfig,
+    pub transport: UdpTransport,
+    pub inbox: ControlInbox,
+}
+
+/// How long a daemon waits for its peers' names to exist in DNS.
+const PEER_RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Reads and validates `path` (the JSON file the controller writes).
+pub fn load_config(path: &Path) -> Result<DaemonConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut json: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: bad configuration", path.display()))?;
+    // Peers may be named `service:port` (swarm): resolved here, once.
+    crate::resolve::resolve_config_names(&mut json, PEER_RESOLVE_TIMEOUT)
+        .with_context(|| path.display().to_string())?;
+    let config: DaemonConfig = serde_json::from_value(json)
+        .with_context(|| format!("{}: bad configuration", path.display()))?;
+    config
+        .validate()
+        .with_context(|| path.display().to_string())?;
+    Ok(config)
+}
+
+/// Logging, metrics exporter, data and control sockets.
+pub fn start(path: &Path) -> Result<Daemon> {
+    telemetry::init_logging("info");
+    let config = load_config(path)?;
+    if let Some(addr) = config.metrics_addr {
+        telemetry::init_metrics(addr)?;
+    }
+    let mut transport = UdpTransport::bind(config.data_addr, &config.ports)?;
+    transport.set_max_datagram(config.fabric.mtu);
+    let inbox = control::spawn(config.control_addr, config.token.clone())?;
+    tracing::info!(name = %config.name, data = %config.data_addr, control = %inbox.local_addr, "daemon started");
+    Ok(Daemon {
+        config,
+        transport,
+        inbox,
+    })
+}

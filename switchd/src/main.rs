@@ -1,0 +1,365 @@
+//! `switchd`: one switch of an emulated fabric. The sans-IO [`Switch`]
+//! (input-buffered, VCs, credits, allocators, installed tables) inside the
+//! shared runtime shell.
+
+use anyhow::Result;
+use clap::Parser;
+use flitnet_core::control::{DaemonConfig, EventKind, Request, Response, Role, SwitchingMode};
+use flitnet_core::link::LinkConfig;
+use flitnet_core::recovery::dlr::DlrSwitch;
+use flitnet_core::switch::{Switch, SwitchConfig, SwitchEvent, Switching};
+use flitnet_core::topology::{PortNo, SwitchId};
+use flitnet_runtime::events::EventSender;
+use flitnet_runtime::{daemon, run, Node};
+use metrics::{counter, describe_counter, describe_gauge, gauge};
+use std::path::PathBuf;
+
+/// One switch of a flitnet fabric. Normally started by `flitctl up` or
+/// docker compose with a configuration file the controller wrote.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The JSON configuration file written by the controller.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+struct SwitchNode {
+    name: String,
+    id: SwitchId,
+    switch: Switch,
+    events: EventSender,
+    /// Latest lateness of a timer, for the emulation-lag gauge.
+    lag_ns: u64,
+    /// Ports cabled according to the configuration.
+    cabled: Vec<PortNo>,
+    /// Datagrams still to corrupt, per port (a transient fault the
+    /// controller injects with `Request::Corrupt`).
+    corrupt_left: Vec<u32>,
+    /// Datagrams corrupted so far, per port.
+    corrupted: Vec<u64>,
+    /// Packets dropped, by reason name (the core counts flits; the
+    /// controller's loss accounting compares messages with packets).
+    dropped_packets: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// Damages a datagram so that the receiver's CRC check fails: one byte
+/// outside the CRC field (bytes 11..15) and the version byte is flipped.
+fn corrupt_datagram(buf: &mut [u8]) {
+    let at = if buf.len() > flitnet_core::wire::HEADER_LEN {
+        buf.len() - 1
+    } else {
+        5.min(buf.len().saturating_sub(1))
+    };
+    if let Some(b) = buf.get_mut(at) {
+        *b ^= 0xa5;
+    }
+}
+
+fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
+    let f = &cfg.fabric;
+    SwitchConfig {
+        radix,
+        vcs: f.vcs,
+        buffer_depth: f.buffer_depth,
+        switching: match f.switching {
+            SwitchingMode::Wormhole => Switching::Wormhole,
+            SwitchingMode::VirtualCutThrough => Switching::VirtualCutThrough,
+        },
+        link: LinkConfig {
+            vcs: f.vcs,
+            buffer_depth: f.buffer_depth,
+            bandwidth_flits_per_s: f.bandwidth_flits_per_s,
+            propagation_ns: f.propagation_ns,
+            keepalive_interval_ns: f.keepalive_interval_ns,
+            dead_after_ns: f.dead_after_ns,
+            mtu: f.mtu,
+            ..LinkConfig::default()
+        },
+        max_packet_flits: f.max_packet_flits.min(u16::MAX as u32) as u16,
+    }
+}
+
+impl Node for SwitchNode {
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
+        // Errors (bad datagram, unknown port) are counted by the switch.
+        let _ = self.switch.handle_datagram_slice(now, port, data);
+    }
+
+    fn handle_timeout(&mut self, now: u64) {
+        if let Some(due) = self.switch.poll_timeout() {
+            self.lag_ns = now.saturating_sub(due);
+        }
+        self.switch.handle_timeout(now);
+    }
+
+    fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<PortNo> {
+        let port = self.switch.poll_transmit(now, buf)?;
+        if let Some(left) = self.corrupt_left.get_mut(port as usize) {
+            if *left > 0 {
+                *left -= 1;
+                self.corrupted[port as usize] += 1;
+                corrupt_datagram(buf);
+            }
+        }
+        Some(port)
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.switch.poll_timeout()
+    }
+
+    fn control(&mut self, now: u64, request: Request) -> Response {
+        let _ = now;
+        match request {
+            Request::Ping => Response::Ok {
+                body: serde_json::json!({"name": self.name, "role": "switch"}),
+            },
+            Request::InstallTable { table, vc_policy } => {
+                self.switch.install_table(table, vc_policy);
+                tracing::info!("forwarding table installed");
+                Response::ok()
+            }
+            Request::ConfigureReroute {
+                config,
+                level,
+                label,
+            } => {
+                let dlr = match config {
+                    None => None,
+                    Some(c) => match DlrSwitch::new(c, self.id, level, label) {
+                        Ok(d) => Some(d),
+                        Err(e) => return Response::error(format!("{}: {e}", self.name)),
+                    },
+                };
+                let on = dlr.is_some();
+                match self.switch.set_local_reroute(dlr) {
+                    Ok(()) => {
+                        tracing::info!(on, "dynamic local rerouting configured");
+                        Response::ok()
+                    }
+                    Err(e) => Response::error(format!("{}: {e}", self.name)),
+                }
+            }
+            Request::SetPort { port, up } => match self.switch.set_port_admin(port, up) {
+                Ok(()) => {
+                    tracing::info!(port, up, "port set by the controller");
+                    Response::ok()
+                }
+                Err(e) => Response::error(format!("{}: {e}", self.name)),
+            },
+            Request::Report => {
+                let c = self.switch.counters();
+                let mut body = serde_json::to_value(c).unwrap_or_default();
+                body["name"] = self.name.clone().into();
+                // Flits that arrived with no buffer slot for them: a credit
+                // protocol violation, which must never happen.
+                let overflow: u64 = (0..c.ports.len() as PortNo)
+                    .filter_map(|p| self.switch.link(p).ok())
+                    .map(|l| l.stats().rx_overflow)
+                    .sum();
+                body["credit_violations"] = overflow.into();
+                // Items (flits and credits) that reached a disabled port or
+                // were still propagating when it was disabled: lost.
+                let dropped_down: u64 = (0..c.ports.len() as PortNo)
+                    .filter_map(|p| self.switch.link(p).ok())
+                    .map(|l| l.stats().rx_dropped_down)
+                    .sum();
+                body["rx_dropped_down"] = dropped_down.into();
+                body["dropped_packets"] =
+                    serde_json::to_value(&self.dropped_packets).unwrap_or_default();
+                body["corrupted_datagrams_sent"] =
+                    serde_json::to_value(&self.corrupted).unwrap_or_default();
+                Response::Ok { body }
+            }
+            Request::SetAllPorts { up } => {
+                for &port in &self.cabled {
+                    if let Err(e) = self.switch.set_port_admin(port, up) {
+                        return Response::error(format!("{}: {e}", self.name));
+                    }
+                }
+                tracing::info!(up, "every port set by the controller");
+                Response::ok()
+            }
+            Request::Corrupt { port, count } => match self.corrupt_left.get_mut(port as usize) {
+                Some(left) if self.cabled.contains(&port) => {
+                    *left = left.saturating_add(count);
+                    tracing::info!(port, count, "corrupting the next datagrams");
+                    Response::ok()
+                }
+                _ => Response::error(format!("{}: port {port} is not cabled", self.name)),
+            },
+            Request::StartTraffic { .. } | Request::StopTraffic => {
+                Response::error(format!("{}: a switch generates no traffic", self.name))
+            }
+            Request::Shutdown => Response::ok(),
+        }
+    }
+
+    fn after_io(&mut self, now: u64) {
+        while let Some(ev) = self.switch.poll_event() {
+            match ev {
+                SwitchEvent::PortDown { port, admin } => {
+                    counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
+                        .increment(1);
+                    self.events.send(EventKind::PortDown {
+                        port,
+                        reason: if admin {
+                            "disabled by the controller".into()
+                        } else {
+                            "keepalive timeout".into()
+                        },
+                    })
+                }
+                SwitchEvent::PortUp { port } | SwitchEvent::PeerRestarted { port } => {
+                    self.events.send(EventKind::PortUp { port })
+                }
+                SwitchEvent::Dropped {
+                    port,
+                    vc,
+                    reason,
+                    msg,
+                } => {
+                    *self.dropped_packets.entry(reason.name()).or_default() += 1;
+                    tracing::debug!(port, vc, reason = reason.name(), msg, "packet dropped");
+                }
+            }
+        }
+        let _ = now;
+    }
+
+    fn publish_metrics(&mut self, _now: u64) {
+        let sw = self.name.clone();
+        let c = self.switch.counters();
+        for (p, pc) in c.ports.iter().enumerate() {
+            if !self.cabled.contains(&(p as PortNo)) {
+                continue;
+            }
+            let port = p.to_string();
+            for (v, vc) in pc.vcs.iter().enumerate() {
+                let labels = [
+                    ("switch", sw.clone()),
+                    ("port", port.clone()),
+                    ("vc", v.to_string()),
+                ];
+                counter!("flitnet_port_tx_flits_total", &labels).absolute(vc.tx_flits);
+                counter!("flitnet_port_rx_flits_total", &labels).absolute(vc.rx_flits);
+                gauge!("flitnet_port_credit_stall_seconds", &labels)
+                    .set(vc.credit_stall_ns as f64 / 1e9);
+                gauge!("flitnet_port_buffer_occupancy_flits", &labels).set(vc.occupancy as f64);
+            }
+            let labels = [("switch", sw.clone()), ("port", port.clone())];
+            counter!("flitnet_port_tx_bytes_total", &labels).absolute(pc.tx_bytes);
+            counter!("flitnet_port_rx_bytes_total", &labels).absolute(pc.rx_bytes);
+            counter!("flitnet_port_tx_datagrams_total", &labels).absolute(pc.tx_datagrams);
+            counter!("flitnet_port_rx_datagrams_total", &labels).absolute(pc.rx_datagrams);
+            let up = self
+                .switch
+                .link(p as PortNo)
+                .map(|l| l.is_up())
+                .unwrap_or(false);
+            gauge!("flitnet_port_up", &labels).set(if up { 1.0 } else { 0.0 });
+            for (kind, v) in [
+                ("crc", pc.crc_errors),
+                ("seq_gap", pc.seq_gaps),
+                ("malformed", pc.bad_datagrams),
+            ] {
+                counter!("flitnet_link_errors_total", "switch" => sw.clone(), "port" => port.clone(), "kind" => kind).absolute(v);
+            }
+        }
+        for r in flitnet_core::switch::DropReason::ALL {
+            counter!("flitnet_drops_total", "switch" => sw.clone(), "reason" => r.name())
+                .absolute(c.drops.get(r));
+        }
+        counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
+        gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
+    }
+}
+
+/// HELP lines of the exposition (docs/metrics.md, "switchd"); Prometheus
+/// lints an exposition without them.
+fn describe_metrics() {
+    for (name, help) in [
+        ("flitnet_port_tx_flits_total", "Flits sent on the port."),
+        ("flitnet_port_rx_flits_total", "Flits received on the port."),
+        (
+            "flitnet_port_tx_bytes_total",
+            "Datagram bytes sent on the port.",
+        ),
+        (
+            "flitnet_port_rx_bytes_total",
+            "Datagram bytes received on the port.",
+        ),
+        (
+            "flitnet_port_tx_datagrams_total",
+            "Datagrams sent on the port.",
+        ),
+        (
+            "flitnet_port_rx_datagrams_total",
+            "Datagrams received on the port.",
+        ),
+        (
+            "flitnet_port_down_events_total",
+            "Times the link went down.",
+        ),
+        (
+            "flitnet_link_errors_total",
+            "Link errors by kind (crc, seq_gap, malformed).",
+        ),
+        ("flitnet_drops_total", "Flits dropped, by reason."),
+        (
+            "flitnet_reroutes_total",
+            "Packets sent around a dead port by dynamic local rerouting.",
+        ),
+    ] {
+        describe_counter!(name, help);
+    }
+    for (name, help) in [
+        (
+            "flitnet_port_credit_stall_seconds",
+            "Cumulative time with flits waiting and no credit.",
+        ),
+        (
+            "flitnet_port_buffer_occupancy_flits",
+            "Flits in the input buffer.",
+        ),
+        (
+            "flitnet_port_up",
+            "1 if the link is up (admin up and peer alive).",
+        ),
+        (
+            "flitnet_emulation_lag_seconds",
+            "How late the event loop ran its last timer.",
+        ),
+    ] {
+        describe_gauge!(name, help);
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let d = daemon::start(&args.config)?;
+    describe_metrics();
+    let Role::Switch { radix, id } = d.config.role else {
+        anyhow::bail!(
+            "{}: this configuration is for a host; start hostd with it",
+            args.config.display()
+        );
+    };
+    let mut switch = Switch::with_epoch(switch_config(&d.config, radix), flitnet_runtime::epoch())?;
+    // SBRP's switch half: orphan absorption, NFTs, RRQs (docs/sbrp.md).
+    switch.set_recovery(d.config.fabric.recovery);
+    let mut node = SwitchNode {
+        name: d.config.name.clone(),
+        id,
+        switch,
+        events: EventSender::new(d.config.name.clone(), d.config.events_addr),
+        lag_ns: 0,
+        cabled: d.config.ports.iter().map(|p| p.port).collect(),
+        corrupt_left: vec![0; radix],
+        corrupted: vec![0; radix],
+        dropped_packets: Default::default(),
+    };
+    let mut transport = d.transport;
+    run(&mut node, &mut transport, d.inbox)
+}

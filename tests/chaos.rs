@@ -1,0 +1,304 @@
+//! End-to-end chaos tests: `flitctl chaos` brings up real `switchd` and
+//! `hostd` processes, injects faults while traffic runs, and the controller
+//! re-routes on the port-down events the daemons push. Each run's traffic
+//! lasts at most 6 s; runs are serialised (the machine has two cores) and
+//! each must leave no process behind.
+
+use flitnet::{flitctl, flitctl_json, processes_matching, topology};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// One fabric at a time: 112 processes on two cores are plenty.
+static FABRIC: Mutex<()> = Mutex::new(());
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flitnet-chaos-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Writes `body` (without the topology line) as a scenario for `topo`.
+fn scenario(name: &str, topo: &str, body: &str) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("flitnet-chaos-{name}-{}.yaml", std::process::id()));
+    let text = format!("topology: {}\n{body}", topology(topo).display());
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs a scenario; checks the report files and that nothing is left running.
+fn chaos(name: &str, scenario: &Path) -> Value {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let run_dir = scratch(name);
+    let result = flitctl_json(&[
+        "chaos",
+        scenario.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    let left = processes_matching(run_dir.to_str().unwrap());
+    assert_eq!(left, 0, "{name}: {left} daemons left running");
+    let report = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    for file in [
+        "report.json",
+        "report.txt",
+        "throughput.svg",
+        "events.jsonl",
+    ] {
+        assert!(
+            run_dir.join(file).exists(),
+            "{name}: no {file} in the run dir"
+        );
+    }
+    let svg = std::fs::read_to_string(run_dir.join("throughput.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("stroke-dasharray"),
+        "{name}: plot lacks fault markers"
+    );
+    report
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn action<'a>(report: &'a Value, kind: &str) -> &'a Value {
+    report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["action"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {report:#}"))
+}
+
+/// Every loss is explained by a counted cause; nothing duplicated.
+fn assert_losses_accounted(report: &Value) {
+    let acc = &report["accounting"];
+    assert_eq!(acc["unaccounted_messages"], 0, "{report:#}");
+    assert!(
+        acc["messages_lost"].as_u64().unwrap() <= acc["accounted_flits"].as_u64().unwrap(),
+        "{acc:#}"
+    );
+    assert_eq!(report["run"]["totals"]["duplicates"], 0);
+    assert_eq!(report["run"]["credit_violations"], 0);
+    assert_eq!(report["promise_kept"], true, "{}", report["promise"]);
+    assert_eq!(
+        report["failed_actions"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn controller_reroutes_a_4_ary_3_tree_around_a_dead_link_and_a_killed_switch() {
+    let file = scenario(
+        "k43",
+        "kary-4-3.yaml",
+        "mechanism: reroute\nseed: 3\n\
+         traffic: {pattern: uniform, load: 0.05, duration: 6s}\n\
+         fabric: {bandwidth: 20000, dead_after: 600ms}\n\
+         timeline:\n\
+         \x20 - {at: 1.5s, action: kill-link, target: \"s1-00:4\"}\n\
+         \x20 - {at: 3s, action: sigkill-switch, target: \"s1-05\"}\n",
+    );
+    let report = chaos("k43", &file);
+    let link = action(&report, "kill-link");
+    // Both ends are disabled by the controller: one of them reports it,
+    // long before any keepalive could time out.
+    assert!(f(&link["detection_ms"]) < 1200.0, "{link:#}");
+    assert_eq!(
+        link["detection_reason"], "disabled by the controller",
+        "{link:#}"
+    );
+    let end = link["detected_by"].as_str().unwrap();
+    assert!(
+        end == "s1-00" || end == "s2-00",
+        "{end} is not an end of the link"
+    );
+    let link_installed = f(&link["routes_installed_ms"]);
+    assert!(link_installed >= f(&link["detection_ms"]), "{link:#}");
+    let kill = action(&report, "sigkill-switch");
+    assert_eq!(kill["detection_reason"], "keepalive timeout", "{kill:#}");
+    let by = kill["detected_by"].as_str().unwrap();
+    assert!(
+        by.starts_with("s0-") || by.starts_with("s2-"),
+        "{by} is no neighbour of s1-05"
+    );
+    let detection = f(&kill["detection_ms"]);
+    let installed = f(&kill["routes_installed_ms"]);
+    assert!(installed >= detection, "{kill:#}");
+    assert!(report["reroutes"].as_u64().unwrap() >= 2);
+    assert!(
+        report["run"]["totals"]["messages_delivered"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        report["accounting"]["killed_switch_capacity_flits"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_losses_accounted(&report);
+    eprintln!(
+        "4-ary 3-tree: link detected {:.1} ms, installed {link_installed:.1} ms; SIGKILL detected {detection:.1} ms by {by}, installed {installed:.1} ms; lost {} of {} ({})",
+        f(&link["detection_ms"]),
+        report["accounting"]["messages_lost"],
+        report["run"]["totals"]["messages_sent"],
+        report["accounting"]["dropped_flits"]
+    );
+}
+
+#[test]
+fn a_sigkilled_switchd_is_detected_by_its_neighbours_keepalive_and_restarts() {
+    let file = scenario(
+        "sigkill",
+        "kary-4-2.yaml",
+        "mechanism: reroute\n\
+         traffic: {pattern: uniform, load: 0.05, duration: 4s}\n\
+         fabric: {bandwidth: 20000, dead_after: 300ms}\n\
+         timeline:\n\
+         \x20 - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n\
+         \x20 - {at: 2.5s, action: restart-switch, target: \"s1-1\"}\n",
+    );
+    let report = chaos("sigkill", &file);
+    let kill = action(&report, "sigkill-switch");
+    assert_eq!(kill["detection_reason"], "keepalive timeout", "{kill:#}");
+    let by = kill["detected_by"].as_str().unwrap();
+    assert!(by.starts_with("s0-"), "{by} is no neighbour of s1-1");
+    let detection = f(&kill["detection_ms"]);
+    // Last keepalive heard at most one interval (50 ms) before the kill;
+    // the margin covers a busy two-core machine.
+    assert!(
+        (300.0 - 60.0..=300.0 + 400.0).contains(&detection),
+        "detected after {detection} ms with dead_after 300 ms"
+    );
+    assert!(f(&kill["routes_installed_ms"]) >= detection);
+    let restart = action(&report, "restart-switch");
+    let back = f(&restart["detection_ms"]);
+    assert!(
+        back < 1000.0,
+        "restarted switch heard again after {back} ms"
+    );
+    assert!(
+        restart["routes_installed_ms"].as_f64().is_some(),
+        "{restart:#}"
+    );
+    assert_losses_accounted(&report);
+    eprintln!(
+        "SIGKILL s1-1: detected {detection:.1} ms by {by}, installed {:.1} ms; restart heard after {back:.1} ms, routes back after {:.1} ms; lost {}",
+        f(&kill["routes_installed_ms"]),
+        f(&restart["routes_installed_ms"]),
+        report["accounting"]["messages_lost"]
+    );
+}
+
+#[test]
+fn restoring_a_switch_brings_traffic_back_without_further_loss() {
+    let file = scenario(
+        "restore",
+        "kary-4-2.yaml",
+        "mechanism: reroute\n\
+         traffic: {pattern: uniform, load: 0.05, duration: 4.5s}\n\
+         fabric: {bandwidth: 20000, dead_after: 500ms}\n\
+         timeline:\n\
+         \x20 - {at: 1s, action: kill-switch, target: \"s1-2\"}\n\
+         \x20 - {at: 2s, action: restore-switch, target: \"s1-2\"}\n",
+    );
+    let report = chaos("restore", &file);
+    let kill = action(&report, "kill-switch");
+    assert!(kill["routes_installed_ms"].as_f64().is_some(), "{kill:#}");
+    let restore = action(&report, "restore-switch");
+    assert!(
+        restore["routes_installed_ms"].as_f64().is_some(),
+        "{restore:#}"
+    );
+    let after = &report["after_last_action"];
+    assert!(
+        after.is_object(),
+        "the controller never settled: {report:#}"
+    );
+    // Nothing generated after the repair is lost: no flit dropped since,
+    // and the final loss is at most what was in flight at that instant.
+    assert_eq!(after["flits_dropped_since"], 0, "{after:#}");
+    assert!(after["delivered_since"].as_u64().unwrap() > 0, "{after:#}");
+    let lost = report["accounting"]["messages_lost"].as_u64().unwrap();
+    assert!(
+        lost <= after["in_flight_messages"].as_u64().unwrap(),
+        "{after:#}"
+    );
+    // Throughput is back after the repair.
+    let restored_at = f(&restore["at_s"]);
+    let back: Vec<f64> = report["throughput"]
+        .as_array()
+        .unwrap()
+        .iter()
+        // Until traffic generation stops (4.5 s); the drain comes after.
+        .filter(|p| f(&p[0]) > restored_at + 0.5 && f(&p[0]) < 4.3)
+        .map(|p| f(&p[1]))
+        .collect();
+    assert!(
+        !back.is_empty() && back.iter().all(|&r| r > 0.0),
+        "{back:?}"
+    );
+    assert_losses_accounted(&report);
+}
+
+#[test]
+fn scenarios_with_mistakes_are_refused_before_anything_starts() {
+    let cases = [
+        (
+            "unknown-link",
+            "mechanism: reroute\ntimeline:\n  - {at: 1s, action: kill-link, target: \"s9-9:4\"}\n",
+            ":4: timeline[0]: kill-link s9-9:4",
+            "no node named `s9-9`",
+        ),
+        (
+            "past",
+            "mechanism: reroute\ntimeline:\n  - {at: 2s, action: kill-link, target: \"s0-0:4\"}\n  - {at: 1s, action: restore-link, target: \"s0-0:4\"}\n",
+            ":5: timeline[1]: restore-link s0-0:4",
+            "in the past",
+        ),
+        (
+            "too-late",
+            "mechanism: reroute\ntraffic: {duration: 3s}\ntimeline:\n  - {at: 5s, action: kill-link, target: \"s0-0:4\"}\n",
+            ":5: timeline[0]",
+            "not within the traffic duration",
+        ),
+        (
+            "mechanism",
+            "mechanism: prayer\n",
+            "line 2",
+            "unknown variant `prayer`",
+        ),
+        (
+            "unknown-key",
+            "mechanism: none\ntimeline:\n  - {at: 1s, action: corrupt, target: \"s0-0:4\", cuont: 3}\n",
+            "line 4",
+            "unknown field `cuont`",
+        ),
+    ];
+    for (name, body, place, why) in cases {
+        let file = scenario(name, "kary-4-2.yaml", body);
+        let run_dir = scratch(name);
+        let out = flitctl(&[
+            "chaos",
+            file.to_str().unwrap(),
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+        ])
+        .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: accepted");
+        assert!(
+            err.contains(file.to_str().unwrap()),
+            "{name}: file not named: {err}"
+        );
+        assert!(err.contains(place), "{name}: `{place}` not in: {err}");
+        assert!(err.contains(why), "{name}: `{why}` not in: {err}");
+        assert!(!run_dir.exists(), "{name}: something started");
+        assert_eq!(processes_matching(run_dir.to_str().unwrap()), 0);
+    }
+}

@@ -1,0 +1,161 @@
+//! Dynamic local rerouting (seed 002) end to end: real `switchd`/`hostd`
+//! processes brought up by `flitctl up`, a link or a switch killed mid-run,
+//! and NO controller re-routing (`--recovery none`): the switches route
+//! around the fault on their own.
+//!
+//! What the paper promises (digest §3.2): with at most k−1 faults (host
+//! links excluded), only the packets that are on, or queued for, the failing
+//! element when it fails are lost; every packet injected afterwards is
+//! delivered. In this emulator, with credit-based flow control, that bounds
+//! the lost flits by
+//! - the flits switches dropped because their output port died (queued for
+//!   the link, or the rest of a packet whose head had crossed it) plus the
+//!   body flits of those packets found headless downstream (`orphan`), and
+//! - the flits that vanished on the dead element itself: a sender never has
+//!   more than `vcs × buffer_depth` uncredited flits in flight on one port,
+//!   so a dead link swallows at most 2 × that, a dead switch at most
+//!   `radix × vcs × buffer_depth` (everything its neighbours could send it
+//!   before they declared it dead).
+//!
+//! A lost message loses at least one flit, so the lost messages obey the
+//! same bound, which is small next to the thousands of messages generated
+//! after the fault: those are all delivered. Zero duplicates and zero
+//! misdelivered packets are required throughout.
+//!
+//! The issue asks for a 4-ary 3-tree (112 processes). On the 2-core CI
+//! machine that fabric cannot keep up even with no fault (messages still in
+//! flight when the drain times out, keepalive timeouts from starved
+//! processes), so these tests use the 3-ary 3-tree (54 processes,
+//! topologies/kary-3-3.yaml, `flitctl topo gen kary-ntree --k 3 --n 3`),
+//! where k−1 = 2 simultaneous faults are guaranteed.
+
+use flitnet::{flitctl_json, processes_matching, topology};
+
+const VCS: u64 = 3;
+const DEPTH: u64 = 16;
+const RADIX: u64 = 6;
+
+fn run(name: &str, mechanism: &str, fault: &[&str]) -> serde_json::Value {
+    let topo = topology("kary-3-3.yaml");
+    let run_dir = std::env::temp_dir().join(format!("flitnet-test-dlr-{name}-{mechanism}"));
+    let mut args = vec![
+        "up",
+        topo.to_str().unwrap(),
+        "--mechanism",
+        mechanism,
+        "--recovery",
+        "none",
+        "--vcs",
+        "3",
+        "--buffer-depth",
+        "16",
+        "--bandwidth",
+        "10000",
+        "--load",
+        "0.02",
+        "--duration",
+        "5s",
+        // Starved processes on a loaded 2-core machine must not be taken
+        // for dead ones.
+        "--dead-after",
+        "1s",
+        "--kill-at",
+        "1s",
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(fault);
+    let report = flitctl_json(&args).unwrap_or_else(|e| panic!("{name} {mechanism}: {e:#}"));
+    assert_eq!(
+        processes_matching(run_dir.to_str().unwrap()),
+        0,
+        "daemons left running"
+    );
+    let _ = std::fs::remove_dir_all(&run_dir);
+    report
+}
+
+fn n(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Checks the paper's promise with `vanish` flits allowed to disappear on
+/// the dead element; returns (lost messages, reroutes).
+fn assert_only_in_flight_lost(name: &str, r: &serde_json::Value, vanish: u64) -> (u64, u64) {
+    let t = &r["totals"];
+    let sent = n(&t["messages_sent"]);
+    let lost = n(&t["messages_lost"]);
+    let lost_flits = n(&t["flits_sent"]).saturating_sub(n(&t["flits_delivered"]));
+    let dropped = n(&r["drops"]["port_down"]) + n(&r["drops"]["orphan"]);
+    let other_drops: u64 = r["drops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "port_down" && *k != "orphan")
+        .map(|(_, v)| n(v))
+        .sum();
+    assert!(sent > 1000, "{name}: too little traffic to judge: {r:#}");
+    assert_eq!(other_drops, 0, "{name}: drops other than port-down: {r:#}");
+    assert!(
+        lost_flits <= dropped + vanish,
+        "{name}: {lost_flits} flits lost, more than the {dropped} dropped at the fault \
+         plus the {vanish} it can swallow: {r:#}"
+    );
+    assert!(lost <= lost_flits, "{name}: {r:#}");
+    for field in ["duplicates", "misdelivered_packets", "corrupted"] {
+        assert_eq!(t[field], 0, "{name}: {field}: {r:#}");
+    }
+    assert_eq!(r["credit_violations"], 0, "{name}: {r:#}");
+    assert_eq!(r["faults"].as_array().unwrap().len(), 1, "{name}: {r:#}");
+    (lost, n(&r["reroutes"]))
+}
+
+#[test]
+fn a_link_killed_mid_run_loses_only_what_was_on_it() {
+    // A level-1 switch's up link: every flow whose d-mod-k route climbs
+    // through it is detoured by s1-0 itself.
+    let fault = ["--kill-link", "s1-0:3"];
+    let r = run("link", "dlr", &fault);
+    let (lost, reroutes) = assert_only_in_flight_lost("dlr link", &r, 2 * VCS * DEPTH);
+    assert!(reroutes > 0, "nobody rerouted: {r:#}");
+    // The same fault without local rerouting keeps dropping every packet
+    // routed over the dead link until the end of the run.
+    let none = run("link", "none", &fault);
+    let lost_none = n(&none["totals"]["messages_lost"]);
+    assert!(
+        lost_none > lost + 2 * VCS * DEPTH,
+        "without rerouting {lost_none} lost, with {lost}: the test cannot tell them apart"
+    );
+    assert_eq!(n(&none["reroutes"]), 0);
+}
+
+#[test]
+fn a_switch_killed_mid_run_loses_only_what_it_held() {
+    let r = run("switch", "dlr", &["--kill-switch", "s1-0"]);
+    let (_, reroutes) = assert_only_in_flight_lost("dlr switch", &r, RADIX * VCS * DEPTH);
+    assert!(reroutes > 0, "nobody rerouted: {r:#}");
+    assert!(
+        r["faults"][0]["detection_ms"].as_f64().is_some(),
+        "the neighbours never noticed: {r:#}"
+    );
+}
+
+#[test]
+fn k_minus_one_simultaneous_link_faults_are_tolerated() {
+    // k−1 = 2 for k = 3: a leaf's up link and a level-1 switch's up link,
+    // killed at the same instant.
+    let r = run(
+        "links",
+        "dlr",
+        &["--kill-link", "s0-0:3", "--kill-link", "s1-1:4"],
+    );
+    let (_, reroutes) = assert_only_in_flight_lost("dlr 2 links", &r, 2 * 2 * VCS * DEPTH);
+    assert!(reroutes > 0, "nobody rerouted: {r:#}");
+}
+
+#[test]
+fn the_adaptive_variant_also_routes_around_a_dead_link() {
+    let r = run("link-adaptive", "dlr-adaptive", &["--kill-link", "s1-2:5"]);
+    let (_, reroutes) = assert_only_in_flight_lost("dlr-adaptive link", &r, 2 * VCS * DEPTH);
+    assert!(reroutes > 0, "nobody rerouted: {r:#}");
+}

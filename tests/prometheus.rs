@@ -1,0 +1,391 @@
+//! A real Prometheus (Debian's `prometheus` package) scrapes a running
+//! fabric, and the observability contract is checked end to end:
+//!
+//! (a) every daemon's and the controller's exposition passes
+//!     `promtool check metrics` (valid, and HELP/TYPE lint clean);
+//! (b) every PromQL query of grafana/dashboards/*.json (panels,
+//!     annotations, template variables) returns data from that Prometheus;
+//! (c) the dashboards parse and reference only metric names some daemon or
+//!     the controller really exports.
+//!
+//! The fabric is `flitctl up --metrics --controller-metrics` on loopback with
+//! a link killed mid-run, so that fault, port-down and reroute series exist.
+//! Skipped, with a message, only when `prometheus` or `promtool` is missing
+//! (`apt-get install prometheus`; .ci/run installs it).
+
+use flitnet::{bin, topology, workspace_dir};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn installed(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Kills the child when dropped, so a failing assertion leaves nothing behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `flitctl up` and its daemons: dropping it kills the controller and then
+/// stops the daemons through the run directory's state file (`flitctl
+/// down`), since a killed controller cannot stop them itself.
+struct FabricGuard {
+    up: Guard,
+    run_dir: std::path::PathBuf,
+}
+
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        let _ = self.up.0.kill();
+        let _ = self.up.0.wait();
+        let _ = Command::new(bin("flitctl"))
+            .arg("down")
+            .arg(&self.run_dir)
+            .output();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A minimal HTTP/1.0 GET (no proxy, no client crate): the body, if the
+/// status is 200.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `promtool check metrics` on one exposition: (ok, promtool's output).
+fn promtool_check(exposition: &str) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// Metric names of an exposition (sample lines, without labels).
+fn exposed_names(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every PromQL query of a dashboard, with where it came from.
+fn dashboard_queries(file: &str, json: &Value) -> Vec<(String, String)> {
+    fn walk(panels: &Value, file: &str, out: &mut Vec<(String, String)>) {
+        for p in panels.as_array().into_iter().flatten() {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    let title = p["title"].as_str().unwrap_or("?");
+                    out.push((format!("{file} panel {title:?}"), e.to_string()));
+                }
+            }
+            walk(&p["panels"], file, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&json["panels"], file, &mut out);
+    for a in json["annotations"]["list"].as_array().into_iter().flatten() {
+        if let Some(e) = a["expr"].as_str() {
+            let name = a["name"].as_str().unwrap_or("?");
+            out.push((format!("{file} annotation {name:?}"), e.to_string()));
+        }
+    }
+    for v in json["templating"]["list"].as_array().into_iter().flatten() {
+        let q = match &v["query"] {
+            Value::String(s) => s.clone(),
+            other => other["query"].as_str().unwrap_or("").to_string(),
+        };
+        // Grafana's `label_values(METRIC, LABEL)`: the PromQL that has the
+        // same answer is `count by (LABEL) (METRIC)`.
+        if let Some(args) = q
+            .strip_prefix("label_values(")
+            .and_then(|r| r.strip_suffix(')'))
+        {
+            if let Some((metric, label)) = args.rsplit_once(',') {
+                let name = v["name"].as_str().unwrap_or("?");
+                out.push((
+                    format!("{file} variable ${name}"),
+                    format!("count by ({}) ({})", label.trim(), metric.trim()),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Grafana's variables, as Grafana would expand them for a short range
+/// with every switch, host and port selected.
+fn instantiate(expr: &str) -> String {
+    expr.replace("$__rate_interval", "15s")
+        .replace("$__interval", "1m")
+        .replace("$__range", "5m")
+        .replace("${switch}", ".*")
+        .replace("${host}", ".*")
+        .replace("${port}", ".*")
+        .replace("$switch", ".*")
+        .replace("$host", ".*")
+        .replace("$port", ".*")
+}
+
+fn query(prom: SocketAddr, expr: &str) -> Result<Vec<Value>, String> {
+    let body = http_get(prom, &format!("/api/v1/query?query={}", url_encode(expr)))
+        .ok_or_else(|| format!("Prometheus refused {expr:?}"))?;
+    let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+    if v["status"] != "success" {
+        return Err(format!("{expr:?}: {body}"));
+    }
+    Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+/// Metrics addresses of the daemons `flitctl up` configured in `run_dir`.
+fn daemon_metrics(run_dir: &Path) -> Vec<(String, SocketAddr)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(run_dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name == "state.json" || !name.ends_with(".json") {
+            continue;
+        }
+        let cfg: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        if let Some(addr) = cfg["metrics_addr"].as_str() {
+            out.push((
+                cfg["name"].as_str().unwrap().to_string(),
+                addr.parse().unwrap(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn prometheus_scrapes_the_fabric_and_every_dashboard_query_has_data() {
+    if !installed("prometheus") || !installed("promtool") {
+        println!(
+            "skipped: Debian's `prometheus` package (prometheus, promtool) is not installed; \
+             apt-get install -y --no-install-recommends prometheus"
+        );
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("flitnet-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let run_dir = scratch.join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let started = Instant::now();
+    let controller: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+
+    // The fabric: traffic for up to 120 s (stopped when the test ends), a link killed after 2 s and re-routed.
+    let topo = topology("kary-4-2.yaml");
+    let mut fabric = FabricGuard {
+        run_dir: run_dir.clone(),
+        up: Guard(
+            Command::new(bin("flitctl"))
+                .args(["up", topo.to_str().unwrap(), "--metrics"])
+                .args(["--controller-metrics", &controller.to_string()])
+                .args(["--duration", "120s", "--load", "0.2"])
+                .args(["--kill-link", "s0-0:4", "--kill-at", "2s"])
+                .arg("--run-dir")
+                .arg(&run_dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("flitctl up starts"),
+        ),
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run_dir.join("state.json").exists() {
+        if let Some(status) = fabric.up.0.try_wait().unwrap() {
+            let mut err = String::new();
+            fabric
+                .up
+                .0
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("flitctl up exited early ({status}):\n{err}");
+        }
+        assert!(Instant::now() < deadline, "the fabric did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let daemons = daemon_metrics(&run_dir);
+    assert_eq!(daemons.len(), 24, "16 hosts and 8 switches export metrics");
+
+    // Prometheus on loopback, scraping every daemon and the controller each second.
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let targets: Vec<String> = daemons.iter().map(|(_, a)| format!("'{a}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n\
+         \x20 - job_name: daemons\n    static_configs:\n      - targets: [{}]\n\
+         \x20 - job_name: flitctl\n    static_configs:\n      - targets: ['{controller}']\n",
+        targets.join(", ")
+    );
+    let config_path = scratch.join("prometheus.yml");
+    std::fs::write(&config_path, config).unwrap();
+    let prom_log = std::fs::File::create(scratch.join("prometheus.log")).unwrap();
+    let _prometheus = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                scratch.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={prom}"))
+            .stdout(prom_log.try_clone().unwrap())
+            .stderr(prom_log)
+            .spawn()
+            .expect("prometheus starts"),
+    );
+
+    // (a) Every exposition is valid and lint-clean.
+    let mut exported = BTreeSet::new();
+    for (name, addr) in daemons
+        .iter()
+        .cloned()
+        .chain([("controller".to_string(), controller)])
+    {
+        let text = http_get(addr, "/metrics")
+            .unwrap_or_else(|| panic!("{name} serves no /metrics on {addr}"));
+        let (ok, report) = promtool_check(&text);
+        assert!(
+            ok,
+            "promtool check metrics rejects {name}'s exposition:\n{report}"
+        );
+        exported.extend(exposed_names(&text));
+    }
+
+    // Wait until every target is up and the fault has been scraped.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = query(prom, "sum(up)").unwrap_or_default();
+        let ups = up
+            .first()
+            .and_then(|r| r["value"][1].as_str())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let fault = query(prom, "flitnet_controller_reroute_seconds").unwrap_or_default();
+        if ups == 25.0 && !fault.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape all 25 targets and the reroute in time (up = {ups}); log: {}",
+            std::fs::read_to_string(scratch.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "all targets scraped after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    // Rates need a few samples after the fault.
+    std::thread::sleep(Duration::from_secs(6));
+    // Exports published after the first scrape (port-down events, the
+    // latency histogram once messages land) are in the sets too.
+    for (_, addr) in &daemons {
+        if let Some(text) = http_get(*addr, "/metrics") {
+            exported.extend(exposed_names(&text));
+        }
+    }
+
+    // (b) and (c): every dashboard query returns data and names only
+    // exported metrics.
+    let dir = workspace_dir().join("grafana/dashboards");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|err| panic!("{file} is not valid JSON: {err}"));
+        for (place, expr) in dashboard_queries(&file, &json) {
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("flitnet_") && !exported.contains(word) {
+                    failures.push(format!("{place}: {word} is exported by nobody"));
+                }
+            }
+            let promql = instantiate(&expr);
+            match query(prom, &promql) {
+                Ok(result) if result.is_empty() => {
+                    failures.push(format!("{place}: no data for {promql}"))
+                }
+                Ok(_) => {}
+                Err(err) => failures.push(format!("{place}: {err}")),
+            }
+            checked += 1;
+        }
+    }
+    eprintln!(
+        "{checked} dashboard queries checked after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(checked >= 40, "only {checked} dashboard queries found");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} dashboard queries fail:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    drop(fabric);
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
