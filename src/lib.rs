@@ -23,12 +23,16 @@ pub fn bin_dir() -> PathBuf {
 
 static BUILD: Once = Once::new();
 
+/// The binaries the end-to-end tests start.
+const BINARIES: [&str; 3] = ["switchd", "hostd", "flitctl"];
+
 /// Path of a workspace binary. `cargo test --workspace` builds them all
-/// before running tests; when a single test is run by hand they may be
-/// missing, so they are built once on demand.
+/// before running tests (each daemon crate has integration tests of its
+/// own, which is what makes cargo build its binary); when a single test is
+/// run by hand some may be missing, so they are built once on demand.
 pub fn bin(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
-    if !path.exists() {
+    if BINARIES.iter().any(|b| !bin_dir().join(b).exists()) {
         BUILD.call_once(|| {
             let release = bin_dir().ends_with("release");
             let mut cmd = Command::new(env!("CARGO"));
