@@ -22,6 +22,48 @@ pub enum SwitchingMode {
     VirtualCutThrough,
 }
 
+/// What carries the datagrams between daemons (docs/wire.md, "Transports").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataTransport {
+    /// One UDP socket per daemon; a port's peer is a socket address.
+    #[default]
+    Udp,
+    /// Raw Ethernet frames (AF_PACKET) of EtherType [`ETHERTYPE_FLITNET`],
+    /// one network interface per port (a veth end, a container's interface).
+    Ethernet,
+}
+
+impl DataTransport {
+    pub fn name(self) -> &'static str {
+        match self {
+            DataTransport::Udp => "udp",
+            DataTransport::Ethernet => "ethernet",
+        }
+    }
+}
+
+/// EtherType of flitnet frames: the first of IEEE 802's two "local
+/// experimental" EtherTypes (0x88B5, 0x88B6), free for private protocols.
+pub const ETHERTYPE_FLITNET: u16 = 0x88B5;
+
+/// Longest Linux interface name (IFNAMSIZ - 1).
+pub const MAX_INTERFACE_NAME: usize = 15;
+
+/// Parses a MAC address written `02:f1:00:0a:00:03`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for b in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
 /// Link and buffer parameters shared by every port of a fabric.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +90,9 @@ pub struct FabricParams {
     /// `docs/sbrp.md`); `none` by default.
     #[serde(default)]
     pub recovery: crate::host::sbrp::RecoveryProtocol,
+    /// What carries the datagrams; `udp` by default.
+    #[serde(default)]
+    pub transport: DataTransport,
 }
 
 impl FabricParams {
@@ -77,17 +122,57 @@ impl Default for FabricParams {
             flit_payload: 16,
             max_packet_flits: 8,
             recovery: Default::default(),
+            transport: DataTransport::Udp,
         }
     }
 }
 
-/// One cabled port of a daemon: its number and the data address of the peer
-/// process on the other end of the cable.
+/// One cabled port of a daemon: its number and what reaches the peer on the
+/// other end of the cable — the peer's UDP data address (UDP transport) or
+/// the local network interface the cable is plugged into (Ethernet).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortPeer {
     pub port: PortNo,
-    pub peer: SocketAddr,
+    /// UDP transport: the peer process's data address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<SocketAddr>,
+    /// Ethernet transport: the local interface of this port (`n3p1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Ethernet transport: the MAC address of the peer's interface. Frames
+    /// go to it and frames from any other source are dropped; when absent,
+    /// frames go to the broadcast address and any source is accepted (a
+    /// point-to-point cable has one peer anyway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_mac: Option<String>,
+}
+
+impl PortPeer {
+    /// A port whose peer listens on UDP at `peer`.
+    pub fn udp(port: PortNo, peer: SocketAddr) -> Self {
+        PortPeer {
+            port,
+            peer: Some(peer),
+            interface: None,
+            peer_mac: None,
+        }
+    }
+
+    /// A port cabled through the local interface `interface`.
+    pub fn ethernet(port: PortNo, interface: &str, peer_mac: Option<[u8; 6]>) -> Self {
+        PortPeer {
+            port,
+            peer: None,
+            interface: Some(interface.to_string()),
+            peer_mac: peer_mac.map(|m| {
+                m.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            }),
+        }
+    }
 }
 
 /// What a role-specific daemon is.
@@ -107,7 +192,7 @@ pub struct DaemonConfig {
     pub role: Role,
     /// Shared secret of the fabric.
     pub token: String,
-    /// UDP address for flits.
+    /// UDP address for flits (bound by the UDP transport only).
     pub data_addr: SocketAddr,
     /// TCP address for control requests.
     pub control_addr: SocketAddr,
@@ -123,6 +208,12 @@ pub struct DaemonConfig {
     /// so the controller learns of detected faults without polling.
     #[serde(default)]
     pub events_addr: Option<SocketAddr>,
+    /// Ethernet transport: the network namespace (a name under
+    /// /var/run/netns, or a path) holding the ports' interfaces. The daemon
+    /// opens its data sockets there and everything else (control, metrics,
+    /// events) where it was started. None = the daemon's own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
 }
 
 /// Something a daemon noticed, pushed to the controller.
@@ -175,6 +266,7 @@ impl DaemonConfig {
                 )));
             }
         }
+        self.validate_transport()?;
         let f = &self.fabric;
         if f.vcs == 0 || f.vcs > 16 {
             return Err(ConfigError(format!("vcs = {} must be 1..=16", f.vcs)));
@@ -200,6 +292,80 @@ impl DaemonConfig {
             return Err(ConfigError(
                 "dead_after must be longer than the keepalive interval".into(),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl DaemonConfig {
+    /// Every port names what the fabric's transport needs, and nothing of
+    /// the other transport (a half-converted configuration is a mistake).
+    fn validate_transport(&self) -> Result<(), ConfigError> {
+        let name = &self.name;
+        let transport = self.fabric.transport.name();
+        let mut interfaces = std::collections::BTreeSet::new();
+        for p in &self.ports {
+            let port = p.port;
+            match self.fabric.transport {
+                DataTransport::Udp => {
+                    if p.peer.is_none() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} has no peer address (the udp transport needs one)"
+                        )));
+                    }
+                    if p.interface.is_some() || p.peer_mac.is_some() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} names an interface, but the fabric's transport is udp"
+                        )));
+                    }
+                }
+                DataTransport::Ethernet => {
+                    let Some(iface) = &p.interface else {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} has no interface (the ethernet transport needs one)"
+                        )));
+                    };
+                    if iface.is_empty()
+                        || iface.len() > MAX_INTERFACE_NAME
+                        || iface
+                            .chars()
+                            .any(|c| c == '/' || c == ':' || c.is_whitespace())
+                    {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port}: `{iface}` is not a valid interface name (1..={MAX_INTERFACE_NAME} characters, no `/`, `:` or spaces)"
+                        )));
+                    }
+                    if !interfaces.insert(iface.as_str()) {
+                        return Err(ConfigError(format!(
+                            "{name}: interface `{iface}` is given to two ports"
+                        )));
+                    }
+                    if let Some(mac) = &p.peer_mac {
+                        if parse_mac(mac).is_none() {
+                            return Err(ConfigError(format!(
+                                "{name}: port {port}: peer MAC `{mac}` is not of the form 02:f1:00:00:00:01"
+                            )));
+                        }
+                    }
+                    if p.peer.is_some() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} has a peer address, but the fabric's transport is ethernet"
+                        )));
+                    }
+                }
+            }
+        }
+        if self.netns.is_some() && self.fabric.transport != DataTransport::Ethernet {
+            return Err(ConfigError(format!(
+                "{name}: a network namespace is only used by the ethernet transport, not {transport}"
+            )));
+        }
+        if let Some(ns) = &self.netns {
+            if ns.is_empty() || ns.contains('\0') {
+                return Err(ConfigError(format!(
+                    "{name}: `{ns}` is not a network namespace name"
+                )));
+            }
         }
         Ok(())
     }
@@ -314,13 +480,11 @@ mod tests {
             data_addr: "127.0.0.1:7000".parse().unwrap(),
             control_addr: "127.0.0.1:7001".parse().unwrap(),
             metrics_addr: None,
-            ports: vec![PortPeer {
-                port: 0,
-                peer: "127.0.0.2:7000".parse().unwrap(),
-            }],
+            ports: vec![PortPeer::udp(0, "127.0.0.2:7000".parse().unwrap())],
             fabric: FabricParams::default(),
             seed: 1,
             events_addr: None,
+            netns: None,
         }
     }
 
@@ -335,10 +499,8 @@ mod tests {
     #[test]
     fn config_errors_name_the_problem() {
         let mut c = cfg();
-        c.ports.push(PortPeer {
-            port: 9,
-            peer: "127.0.0.3:7000".parse().unwrap(),
-        });
+        c.ports
+            .push(PortPeer::udp(9, "127.0.0.3:7000".parse().unwrap()));
         assert!(c
             .validate()
             .unwrap_err()
@@ -365,6 +527,73 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+    }
+
+    #[test]
+    fn ethernet_ports_need_interfaces_and_errors_name_them() {
+        let eth = |ports: Vec<PortPeer>| {
+            let mut c = cfg();
+            c.fabric.transport = DataTransport::Ethernet;
+            c.netns = Some("flitnet-x".into());
+            c.ports = ports;
+            c.validate().map_err(|e| e.to_string())
+        };
+        let ok = eth(vec![
+            PortPeer::ethernet(0, "n4p0", Some([2, 0xf1, 0, 0, 0, 1])),
+            PortPeer::ethernet(1, "n4p1", None),
+        ]);
+        assert_eq!(ok, Ok(()));
+        let text = serde_json::to_string(&PortPeer::ethernet(
+            0,
+            "n4p0",
+            Some([2, 0xf1, 0, 0xa, 0, 1]),
+        ))
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"port":0,"interface":"n4p0","peer_mac":"02:f1:00:0a:00:01"}"#
+        );
+        for (ports, expect) in [
+            (
+                vec![PortPeer::udp(0, "127.0.0.1:1".parse().unwrap())],
+                "port 0 has no interface",
+            ),
+            (
+                vec![PortPeer::ethernet(0, "an-interface-name-too-long", None)],
+                "`an-interface-name-too-long` is not a valid interface name",
+            ),
+            (
+                vec![
+                    PortPeer::ethernet(0, "a", None),
+                    PortPeer::ethernet(1, "a", None),
+                ],
+                "interface `a` is given to two ports",
+            ),
+        ] {
+            let err = eth(ports).unwrap_err();
+            assert!(err.contains(expect) && err.contains("s0"), "{err}");
+        }
+        let mut bad_mac = PortPeer::ethernet(0, "a", None);
+        bad_mac.peer_mac = Some("02:f1:zz:00:00:01".into());
+        assert!(eth(vec![bad_mac]).unwrap_err().contains("peer MAC"));
+        // A UDP fabric refuses Ethernet ports and a namespace.
+        let mut c = cfg();
+        c.ports = vec![PortPeer::ethernet(0, "a", None)];
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("port 0 has no peer address"));
+        let mut c = cfg();
+        c.netns = Some("x".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("only used by the ethernet"));
+        assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff"), Some([0xff; 6]));
+        assert_eq!(parse_mac("ff:ff:ff:ff:ff"), None);
+        assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff:00"), None);
     }
 
     #[test]

@@ -2,16 +2,17 @@
 //! the configuration, start logging and metrics, bind the sockets.
 
 use crate::control::{self, ControlInbox};
+use crate::ethernet::EthernetTransport;
 use crate::telemetry;
-use crate::transport::UdpTransport;
+use crate::transport::{Transport, UdpTransport};
 use anyhow::{Context, Result};
-use flitnet_core::control::DaemonConfig;
+use flitnet_core::control::{DaemonConfig, DataTransport};
 use std::path::Path;
 
 /// A daemon's configuration and its bound sockets.
 pub struct Daemon {
     pub config: DaemonConfig,
-    pub transport: UdpTransport,
+    pub transport: Transport,
     pub inbox: ControlInbox,
 }
 
@@ -42,10 +43,29 @@ pub fn start(path: &Path) -> Result<Daemon> {
     if let Some(addr) = config.metrics_addr {
         telemetry::init_metrics(addr)?;
     }
-    let mut transport = UdpTransport::bind(config.data_addr, &config.ports)?;
-    transport.set_max_datagram(config.fabric.mtu);
+    // Data sockets first: the Ethernet transport may step into another
+    // network namespace to open them, and every other socket (control,
+    // metrics, events) must stay where the controller reaches it.
+    let transport = match config.fabric.transport {
+        DataTransport::Udp => {
+            let mut t = UdpTransport::bind(config.data_addr, &config.ports)?;
+            t.set_max_datagram(config.fabric.mtu);
+            Transport::Udp(t)
+        }
+        DataTransport::Ethernet => Transport::Ethernet(
+            EthernetTransport::open(&config.ports, config.netns.as_deref(), config.fabric.mtu)
+                .with_context(|| format!("{}: opening the ethernet ports", config.name))?,
+        ),
+    };
     let inbox = control::spawn(config.control_addr, config.token.clone())?;
-    tracing::info!(name = %config.name, data = %config.data_addr, control = %inbox.local_addr, "daemon started");
+    match &transport {
+        Transport::Udp(_) => {
+            tracing::info!(name = %config.name, data = %config.data_addr, control = %inbox.local_addr, "daemon started")
+        }
+        Transport::Ethernet(t) => {
+            tracing::info!(name = %config.name, netns = ?config.netns, interfaces = ?t.interfaces(), control = %inbox.local_addr, "daemon started")
+        }
+    }
     Ok(Daemon {
         config,
         transport,

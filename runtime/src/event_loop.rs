@@ -2,7 +2,7 @@
 
 use crate::clock::now_ns;
 use crate::control::ControlInbox;
-use crate::transport::{TransportCounters, UdpTransport, SEND_BATCH};
+use crate::transport::{Transport, TransportCounters, SEND_BATCH};
 use anyhow::{Context, Result};
 use flitnet_core::control::{Request, Response};
 use flitnet_core::topology::PortNo;
@@ -120,7 +120,7 @@ impl TxBatch {
     }
 
     /// Sends what is queued; true when everything went.
-    fn flush(&mut self, transport: &mut UdpTransport) -> bool {
+    fn flush(&mut self, transport: &mut Transport) -> bool {
         if self.pending() {
             self.head += transport.send_batch(
                 &self.ports[self.head..self.len],
@@ -137,7 +137,7 @@ impl TxBatch {
 
     /// Collects what the node has ready and sends it, batch by batch,
     /// until the node has nothing more or the socket is full.
-    fn pump<N: Node>(&mut self, node: &mut N, now: u64, transport: &mut UdpTransport) {
+    fn pump<N: Node>(&mut self, node: &mut N, now: u64, transport: &mut Transport) {
         loop {
             if !self.flush(transport) {
                 return;
@@ -162,7 +162,7 @@ impl TxBatch {
 }
 
 /// Runs `node` until SIGTERM/SIGINT or a `Shutdown` request.
-pub fn run<N: Node>(node: &mut N, transport: &mut UdpTransport, inbox: ControlInbox) -> Result<()> {
+pub fn run<N: Node>(node: &mut N, transport: &mut Transport, inbox: ControlInbox) -> Result<()> {
     let (sig_rx, sig_tx) = UnixStream::pair()?;
     sig_rx.set_nonblocking(true)?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -242,7 +242,7 @@ pub fn run<N: Node>(node: &mut N, transport: &mut UdpTransport, inbox: ControlIn
                 let report = matches!(pending.request, Request::Report);
                 let mut response = node.control(now, pending.request);
                 if report {
-                    annotate_report(&mut response, &lateness, &transport.counters);
+                    annotate_report(&mut response, &lateness, transport.counters());
                 }
                 let _ = pending.reply.send(response);
                 if shutdown {

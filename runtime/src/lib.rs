@@ -1,8 +1,8 @@
 //! The IO shell shared by `switchd` and `hostd`.
 //!
 //! A daemon is a sans-IO state machine from `flitnet-core` wrapped in a
-//! [`Node`], driven by [`event_loop::run`]: one thread that owns the UDP
-//! socket and the timers (`ppoll(2)` with nanosecond timeouts, because
+//! [`Node`], driven by [`event_loop::run`]: one thread that owns the data
+//! sockets (UDP, or raw Ethernet per [`transport::Transport`]) and the timers (`ppoll(2)` with nanosecond timeouts, because
 //! emulated links pace flits at microsecond scale and tokio's timer wheel
 //! ticks in milliseconds), plus a control thread that accepts the
 //! controller's requests and hands them to the loop.
@@ -10,6 +10,7 @@
 pub mod clock;
 pub mod control;
 pub mod daemon;
+pub mod ethernet;
 pub mod event_loop;
 pub mod events;
 pub mod resolve;

@@ -46,6 +46,49 @@ pub struct TransportCounters {
     pub rx_syscalls: u64,
     /// `sendmmsg`/`sendto` calls.
     pub tx_syscalls: u64,
+    /// Ethernet: frames that were not flitnet frames or whose length field
+    /// overran them.
+    pub bad_frames: u64,
+    /// Ethernet: datagrams longer than the port interface's MTU carries,
+    /// refused instead of sent.
+    pub oversized: u64,
+}
+
+/// The data transport a daemon runs (`FabricParams::transport`).
+pub enum Transport {
+    Udp(UdpTransport),
+    Ethernet(crate::ethernet::EthernetTransport),
+}
+
+impl Transport {
+    /// The descriptor the event loop polls for input.
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            Transport::Udp(t) => t.raw_fd(),
+            Transport::Ethernet(t) => t.raw_fd(),
+        }
+    }
+
+    pub fn recv_batch(&mut self, max: usize, deliver: impl FnMut(PortNo, &[u8])) -> usize {
+        match self {
+            Transport::Udp(t) => t.recv_batch(max, deliver),
+            Transport::Ethernet(t) => t.recv_batch(max, deliver),
+        }
+    }
+
+    pub fn send_batch<D: AsRef<[u8]>>(&mut self, ports: &[PortNo], data: &[D]) -> usize {
+        match self {
+            Transport::Udp(t) => t.send_batch(ports, data),
+            Transport::Ethernet(t) => t.send_batch(ports, data),
+        }
+    }
+
+    pub fn counters(&self) -> &TransportCounters {
+        match self {
+            Transport::Udp(t) => &t.counters,
+            Transport::Ethernet(t) => &t.counters,
+        }
+    }
 }
 
 /// A socket address in the form the kernel wants it.
@@ -157,19 +200,24 @@ impl UdpTransport {
         Ok(t)
     }
 
-    /// Cables `peer.port` to `peer.peer` (replacing what it was cabled to).
+    /// Cables `peer.port` to `peer.peer` (replacing what it was cabled to);
+    /// a port without a peer address is left uncabled.
     pub fn add_peer(&mut self, peer: &PortPeer) {
+        let Some(addr) = peer.peer else {
+            tracing::warn!(port = peer.port, "port has no peer address: left uncabled");
+            return;
+        };
         let i = peer.port as usize;
         if let Some(Some(old)) = self.addr_of.get(i) {
             if let Some(old) = socket_addr(&old.storage) {
                 self.port_of.remove(&old);
             }
         }
-        self.port_of.insert(peer.peer, peer.port);
+        self.port_of.insert(addr, peer.port);
         if self.addr_of.len() <= i {
             self.addr_of.resize_with(i + 1, || None);
         }
-        self.addr_of[i] = Some(RawAddr::new(peer.peer));
+        self.addr_of[i] = Some(RawAddr::new(addr));
     }
 
     /// Sizes the receive slots for datagrams of at most `bytes` (the
@@ -367,19 +415,10 @@ mod tests {
     fn pair() -> (UdpTransport, UdpTransport) {
         let mut b = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &[]).unwrap();
         let b_addr = b.local_addr().unwrap();
-        let a = UdpTransport::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            &[PortPeer {
-                port: 3,
-                peer: b_addr,
-            }],
-        )
-        .unwrap();
+        let a = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &[PortPeer::udp(3, b_addr)])
+            .unwrap();
         // b learns a as port 5.
-        b.add_peer(&PortPeer {
-            port: 5,
-            peer: a.local_addr().unwrap(),
-        });
+        b.add_peer(&PortPeer::udp(5, a.local_addr().unwrap()));
         (a, b)
     }
 
