@@ -210,6 +210,7 @@ impl Bench {
             seed: 1,
             ready_timeout: Duration::from_secs(120),
             events_addr: None,
+            netns: None,
         };
         let started = Instant::now();
         let fabric = Fabric::launch(topo, &opts)?;
@@ -233,6 +234,7 @@ impl Bench {
             flit_payload: 16,
             max_packet_flits: 8,
             recovery: Default::default(),
+            transport: Default::default(),
         }
     }
 
@@ -492,6 +494,7 @@ impl Bench {
             flit_payload: 16,
             max_packet_flits: 8,
             recovery: Default::default(),
+            transport: Default::default(),
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());
@@ -659,22 +662,10 @@ fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<Base
     let s_addr = sender.local_addr()?;
     let mut forwarder = UdpTransport::bind(
         any,
-        &[
-            PortPeer {
-                port: 0,
-                peer: s_addr,
-            },
-            PortPeer {
-                port: 1,
-                peer: r_addr,
-            },
-        ],
+        &[PortPeer::udp(0, s_addr), PortPeer::udp(1, r_addr)],
     )?;
     let f_addr = forwarder.local_addr()?;
-    let to_forwarder = PortPeer {
-        port: 0,
-        peer: f_addr,
-    };
+    let to_forwarder = PortPeer::udp(0, f_addr);
     receiver.add_peer(&to_forwarder);
     sender.add_peer(&to_forwarder);
     for t in [&mut receiver, &mut sender, &mut forwarder] {

@@ -670,6 +670,7 @@ pub fn run_scenario(
         metrics,
         run_dir,
         tables: None,
+        netns: None,
     };
     let traffic = TrafficArgs {
         pattern: f.traffic.pattern.clone(),

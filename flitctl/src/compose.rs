@@ -388,6 +388,7 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         true,
         opts.seed,
         Some(events_addr),
+        None,
     )
     .into_iter()
     .zip(&services)
@@ -396,7 +397,7 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         config.control_addr = move_addr(config.control_addr);
         config.metrics_addr = config.metrics_addr.map(move_addr);
         for p in &mut config.ports {
-            p.peer = move_addr(p.peer);
+            p.peer = p.peer.map(move_addr);
         }
         NodeConfig {
             node,
@@ -469,10 +470,10 @@ fn named_config(
         json["metrics_addr"] = anywhere(m).to_string().into();
     }
     for (i, p) in config.ports.iter().enumerate() {
-        let service = service_of
-            .get(&p.peer.ip())
-            .with_context(|| format!("{}: port {} has no peer service", config.name, p.port))?;
-        json["ports"][i]["peer"] = format!("{service}:{}", p.peer.port()).into();
+        let no_peer = || format!("{}: port {} has no peer service", config.name, p.port);
+        let peer = p.peer.with_context(no_peer)?;
+        let service = service_of.get(&peer.ip()).with_context(no_peer)?;
+        json["ports"][i]["peer"] = format!("{service}:{}", peer.port()).into();
     }
     if config.events_addr == Some(events_default) {
         json["events_addr"] = format!("{CONTROLLER_SERVICE}:{}", events_default.port()).into();
@@ -879,6 +880,12 @@ pub struct ComposeArgs {
 
 /// Generates and writes the bundle; prints what was written.
 pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
+    if args.fabric.transport != crate::up::Transport::Udp {
+        anyhow::bail!(
+            "--transport {:?}: compose bundles carry flits over UDP between containers; the ethernet transport runs with `flitctl up --transport ethernet`",
+            args.fabric.transport
+        );
+    }
     let topo = crate::topo::load(&args.topology)?;
     let opts = ComposeOptions {
         params: args.fabric.params(),

@@ -7,7 +7,10 @@
 //! fabrics (parallel tests) can run side by side.
 
 use anyhow::{bail, Context, Result};
-use flitnet_core::control::{DaemonConfig, FabricParams, PortPeer, Request, Role, TrafficSpec};
+use crate::netns::{interface_mac, interface_name, EthernetNet};
+use flitnet_core::control::{
+    DaemonConfig, DataTransport, FabricParams, PortPeer, Request, Role, TrafficSpec,
+};
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, Topology};
 use flitnet_runtime::control::ControlClient;
@@ -38,6 +41,9 @@ pub struct LaunchOptions {
     pub ready_timeout: Duration,
     /// Where daemons push fault-detection events (see [`crate::events`]).
     pub events_addr: Option<SocketAddr>,
+    /// Ethernet transport: name of the network namespace to create for the
+    /// fabric's veth pairs (default `flitnet-<random>`). It must not exist.
+    pub netns: Option<String>,
 }
 
 /// One running daemon.
@@ -62,6 +68,9 @@ pub struct FabricState {
     pub token: String,
     pub subnet: u8,
     pub daemons: Vec<(String, SocketAddr, u32)>,
+    /// Ethernet transport: the fabric's network namespace.
+    #[serde(default)]
+    pub netns: Option<String>,
 }
 
 /// A running fabric. Dropping it kills every daemon that is still running,
@@ -73,6 +82,10 @@ pub struct Fabric {
     pub daemons: Vec<Daemon>,
     pub run_dir: PathBuf,
     detached: bool,
+    /// Ethernet transport: the namespace holding the veth pairs, deleted
+    /// after the daemons when the fabric is dropped (also on a failed
+    /// launch).
+    net: Option<EthernetNet>,
 }
 
 /// The loopback address of node number `index` (hosts first, then switches).
@@ -81,7 +94,7 @@ pub fn node_ip(subnet: u8, index: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, subnet, (i >> 8) as u8, (i & 0xff) as u8)
 }
 
-fn node_index(topo: &Topology, node: NodeRef) -> usize {
+pub fn node_index(topo: &Topology, node: NodeRef) -> usize {
     match node {
         NodeRef::Host(h) => h as usize,
         NodeRef::Switch(s) => topo.num_hosts() + s as usize,
@@ -111,7 +124,9 @@ fn pick_subnet() -> Result<u8> {
     bail!("no free 127.B.0.0/16 loopback subnet found for the fabric")
 }
 
-/// Builds the configuration of every daemon of `topo`.
+/// Builds the configuration of every daemon of `topo`. With the Ethernet
+/// transport, port `p` of node `i` is interface `n<i>p<p>` of network
+/// namespace `netns` ([`crate::netns`]).
 #[allow(clippy::too_many_arguments)]
 pub fn daemon_configs(
     topo: &Topology,
@@ -121,6 +136,7 @@ pub fn daemon_configs(
     metrics: bool,
     seed: u64,
     events_addr: Option<SocketAddr>,
+    netns: Option<&str>,
 ) -> Vec<(NodeRef, DaemonConfig)> {
     let addr = |node: NodeRef, port: u16| {
         SocketAddr::V4(SocketAddrV4::new(
@@ -134,9 +150,13 @@ pub fn daemon_configs(
             let ports = (0..radix as u16)
                 .filter_map(|p| {
                     let here = PortRef { node, port: p };
-                    topo.peer(here).map(|peer| PortPeer {
-                        port: p,
-                        peer: addr(peer.node, DATA_PORT),
+                    topo.peer(here).map(|peer| match params.transport {
+                        DataTransport::Udp => PortPeer::udp(p, addr(peer.node, DATA_PORT)),
+                        DataTransport::Ethernet => PortPeer::ethernet(
+                            p,
+                            &interface_name(node_index(topo, node), p),
+                            Some(interface_mac(node_index(topo, peer.node), peer.port)),
+                        ),
                     })
                 })
                 .collect();
@@ -160,6 +180,10 @@ pub fn daemon_configs(
                     .wrapping_mul(0x9e37_79b9_7f4a_7c15)
                     .wrapping_add(node_index(topo, node) as u64),
                 events_addr,
+                netns: match params.transport {
+                    DataTransport::Udp => None,
+                    DataTransport::Ethernet => netns.map(str::to_string),
+                },
             };
             (node, cfg)
         })
@@ -177,6 +201,16 @@ impl Fabric {
             None => pick_subnet()?,
         };
         let token = new_token();
+        let net = match opts.params.transport {
+            DataTransport::Udp => None,
+            DataTransport::Ethernet => {
+                let name = match &opts.netns {
+                    Some(n) => n.clone(),
+                    None => format!("flitnet-{}", &token[..12]),
+                };
+                Some(EthernetNet::create(&name, &topo, opts.params.mtu + 2)?)
+            }
+        };
         let configs = daemon_configs(
             &topo,
             &opts.params,
@@ -185,6 +219,7 @@ impl Fabric {
             opts.metrics,
             opts.seed,
             opts.events_addr,
+            net.as_ref().map(|n| n.name()),
         );
         let mut fabric = Fabric {
             topo,
@@ -193,6 +228,7 @@ impl Fabric {
             daemons: Vec::with_capacity(configs.len()),
             run_dir: opts.run_dir.clone(),
             detached: false,
+            net,
         };
         for (node, cfg) in configs {
             cfg.validate()?;
@@ -273,6 +309,7 @@ impl Fabric {
                 .collect(),
             run_dir,
             detached: true,
+            net: None,
         };
         fabric.wait_ready(ready_timeout)?;
         Ok(fabric)
@@ -341,6 +378,7 @@ impl Fabric {
                 .iter()
                 .map(|d| (d.name.clone(), d.control_addr, d.pid))
                 .collect(),
+            netns: self.netns().map(str::to_string),
         };
         std::fs::write(
             self.run_dir.join("state.json"),
@@ -537,9 +575,18 @@ impl Fabric {
             .with_context(|| format!("report of {}", self.daemons[i].name))
     }
 
-    /// Leaves the daemons running when this handle is dropped (for `up --detach`).
+    /// Leaves the daemons running when this handle is dropped (for `up
+    /// --detach`), and their network namespace with them.
     pub fn detach(mut self) {
         self.detached = true;
+        if let Some(net) = self.net.as_mut() {
+            net.keep();
+        }
+    }
+
+    /// Ethernet transport: the network namespace holding the veth pairs.
+    pub fn netns(&self) -> Option<&str> {
+        self.net.as_ref().map(|n| n.name())
     }
 
     /// Asks every daemon to exit, then kills whatever did not.
@@ -621,6 +668,11 @@ pub fn down(run_dir: &Path) -> Result<usize> {
         if unsafe { libc::kill(*pid as libc::pid_t, 0) } == 0 {
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
             killed += 1;
+        }
+    }
+    if let Some(ns) = &state.netns {
+        if EthernetNet::exists(ns) {
+            EthernetNet::delete(ns)?;
         }
     }
     let _ = std::fs::remove_file(&path);

@@ -9,6 +9,7 @@ pub mod compose;
 pub mod ctl_metrics;
 pub mod events;
 pub mod fabric;
+pub mod netns;
 pub mod ibsim;
 pub mod plot;
 pub mod report;

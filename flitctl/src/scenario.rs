@@ -234,6 +234,7 @@ impl FabricSection {
             flit_payload: 16,
             max_packet_flits: self.max_packet_flits,
             recovery: Default::default(),
+            transport: Default::default(),
         }
     }
 }

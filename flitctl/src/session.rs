@@ -27,6 +27,9 @@ pub struct SessionOptions {
     /// Tables to install instead of computing them with `engine`
     /// (`--tables`: flitnet JSON or an OpenSM dump).
     pub tables: Option<RoutingTables>,
+    /// Ethernet transport: the network namespace to create (None = a
+    /// fresh name).
+    pub netns: Option<String>,
 }
 
 /// A running fabric with its event log and installed routes.
@@ -101,6 +104,7 @@ impl Session {
             seed: opts.seed,
             ready_timeout: Duration::from_secs(30),
             events_addr: Some(events.addr()),
+            netns: opts.netns.clone(),
         };
         let started = Instant::now();
         let fabric = Fabric::launch(topo.clone(), &launch)?;
@@ -108,10 +112,15 @@ impl Session {
         fabric.install_routes(&tables)?;
         events.record(serde_json::json!({"event": "routes-installed", "engine": tables.engine}));
         eprintln!(
-            "fabric up: {} switches, {} hosts in {:.2}s (run dir {})",
+            "fabric up: {} switches, {} hosts in {:.2}s over {}{} (run dir {})",
             topo.num_switches(),
             topo.num_hosts(),
             bring_up.as_secs_f64(),
+            opts.params.transport.name(),
+            match fabric.netns() {
+                Some(ns) => format!(" (veth pairs in network namespace {ns})"),
+                None => String::new(),
+            },
             run_dir.display()
         );
         Ok(Session {

@@ -8,7 +8,7 @@ use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use flitnet_core::control::{FabricParams, Request, SwitchingMode};
+use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchingMode};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
@@ -65,6 +65,21 @@ pub struct FabricArgs {
     /// sbrp2 (seed 003, docs/sbrp.md).
     #[arg(long, default_value = "none", value_parser = parse_recovery)]
     pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+    /// What carries the flits between daemons: `udp` on loopback, or
+    /// `ethernet`: raw Ethernet frames over one veth pair per link, in a
+    /// network namespace made for the run (needs root; docs/wire.md).
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    pub transport: Transport,
+    /// Ethernet transport: name of the network namespace to create (it
+    /// must not exist; deleted when the run ends). Default: flitnet-<random>.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Ethernet,
 }
 
 fn parse_recovery(s: &str) -> Result<flitnet_core::host::sbrp::RecoveryProtocol, String> {
@@ -95,6 +110,27 @@ impl FabricArgs {
             flit_payload: 16,
             max_packet_flits: self.max_packet_flits,
             recovery: self.recovery_protocol,
+            transport: match self.transport {
+                Transport::Udp => DataTransport::Udp,
+                Transport::Ethernet => DataTransport::Ethernet,
+            },
+        }
+    }
+
+    /// The `--netns` name, checked; refused without `--transport ethernet`.
+    pub fn netns(&self) -> Result<Option<String>> {
+        match (&self.netns, self.transport) {
+            (None, _) => Ok(None),
+            (Some(n), Transport::Ethernet) => {
+                crate::netns::check_name(n)?;
+                if crate::netns::EthernetNet::exists(n) {
+                    bail!("--netns {n}: that network namespace exists already (delete it with `ip netns del {n}`, or pick another name)");
+                }
+                Ok(Some(n.clone()))
+            }
+            (Some(n), Transport::Udp) => {
+                bail!("--netns {n}: a network namespace is only made for --transport ethernet")
+            }
         }
     }
 }
@@ -313,6 +349,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         seed: args.seed,
         metrics: args.metrics,
         run_dir: args.run_dir.clone(),
+        netns: args.fabric.netns()?,
         tables: match &args.tables {
             Some(path) => Some(crate::route::load_tables(&topo, path)?),
             None => None,

@@ -46,6 +46,7 @@ fn config(role: Role, ports: Vec<PortPeer>) -> DaemonConfig {
         fabric: FabricParams::default(),
         seed: 1,
         events_addr: None,
+        netns: None,
     }
 }
 

@@ -54,7 +54,13 @@ pub fn start(path: &Path) -> Result<Daemon> {
         }
         DataTransport::Ethernet => Transport::Ethernet(
             EthernetTransport::open(&config.ports, config.netns.as_deref(), config.fabric.mtu)
-                .with_context(|| format!("{}: opening the ethernet ports", config.name))?,
+                .with_context(|| {
+                    format!(
+                        "{}: {}: opening the ethernet ports",
+                        path.display(),
+                        config.name
+                    )
+                })?,
         ),
     };
     let inbox = control::spawn(config.control_addr, config.token.clone())?;

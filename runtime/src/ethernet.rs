@@ -208,6 +208,23 @@ impl EthernetTransport {
             None => "this network namespace".to_string(),
         };
         let interfaces = pnet_datalink::interfaces();
+        // Every interface must exist before anything is opened, so that a
+        // miscabled configuration is named whatever the privileges.
+        for p in peers {
+            let Some(name) = p.interface.as_deref() else {
+                bail!("port {}: no interface given", p.port);
+            };
+            if !interfaces.iter().any(|i| i.name == name) {
+                let mut known: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
+                known.sort_unstable();
+                known.dedup();
+                bail!(
+                    "port {}: no interface `{name}` in {where_} (there: {})",
+                    p.port,
+                    known.join(", ")
+                );
+            }
+        }
         // SAFETY: epoll_create1 returns a new descriptor or -1.
         let epoll = cvt(
             unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) },
@@ -227,19 +244,11 @@ impl EthernetTransport {
         let mut socks: Vec<PortSocket> = Vec::new();
         let mut sock_of_port = Vec::new();
         for p in peers {
-            let Some(name) = p.interface.as_deref() else {
-                bail!("port {}: no interface given", p.port);
-            };
-            let Some(iface) = interfaces.iter().find(|i| i.name == name) else {
-                let mut known: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
-                known.sort_unstable();
-                known.dedup();
-                bail!(
-                    "port {}: no interface `{name}` in {where_} (there: {})",
-                    p.port,
-                    known.join(", ")
-                );
-            };
+            let name = p.interface.as_deref().expect("checked above");
+            let iface = interfaces
+                .iter()
+                .find(|i| i.name == name)
+                .expect("checked above");
             let fd = packet_socket()?;
             let _ = set_int_opt(
                 &fd,

@@ -49,6 +49,7 @@ fn config(role: Role, ports: Vec<PortPeer>) -> DaemonConfig {
         fabric: FabricParams::default(),
         seed: 1,
         events_addr: None,
+        netns: None,
     }
 }
 
@@ -82,10 +83,7 @@ fn an_unknown_key_is_named() {
 fn a_port_beyond_the_radix_is_named() {
     let cfg = config(
         Role::Switch { id: 0, radix: 4 },
-        vec![PortPeer {
-            port: 7,
-            peer: "127.0.0.1:9".parse().unwrap(),
-        }],
+        vec![PortPeer::udp(7, "127.0.0.1:9".parse().unwrap())],
     );
     let stderr = refused(&write("port.json", &serde_json::to_string(&cfg).unwrap()));
     assert!(stderr.contains("port 7 does not exist"), "{stderr}");
@@ -96,4 +94,23 @@ fn a_host_configuration_is_refused() {
     let cfg = config(Role::Host { id: 0, hosts: 4 }, vec![]);
     let stderr = refused(&write("host.json", &serde_json::to_string(&cfg).unwrap()));
     assert!(stderr.contains("start hostd"), "{stderr}");
+}
+
+#[test]
+fn an_ethernet_port_on_a_missing_interface_names_interface_and_node() {
+    let mut cfg = config(
+        Role::Switch { id: 0, radix: 4 },
+        vec![PortPeer::ethernet(2, "flitnet-nope0", None)],
+    );
+    cfg.fabric.transport = flitnet_core::control::DataTransport::Ethernet;
+    let stderr = refused(&write("no-iface.json", &serde_json::to_string(&cfg).unwrap()));
+    assert!(
+        stderr.contains("s0") && stderr.contains("port 2: no interface `flitnet-nope0`"),
+        "{stderr}"
+    );
+    // A UDP fabric's port must have a peer address, an Ethernet one an
+    // interface: a half-converted configuration is named.
+    cfg.fabric.transport = flitnet_core::control::DataTransport::Udp;
+    let stderr = refused(&write("udp-iface.json", &serde_json::to_string(&cfg).unwrap()));
+    assert!(stderr.contains("port 2 has no peer address"), "{stderr}");
 }
