@@ -660,10 +660,8 @@ fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<Base
     let mut sender = UdpTransport::bind(any, &[])?;
     let r_addr = receiver.local_addr()?;
     let s_addr = sender.local_addr()?;
-    let mut forwarder = UdpTransport::bind(
-        any,
-        &[PortPeer::udp(0, s_addr), PortPeer::udp(1, r_addr)],
-    )?;
+    let mut forwarder =
+        UdpTransport::bind(any, &[PortPeer::udp(0, s_addr), PortPeer::udp(1, r_addr)])?;
     let f_addr = forwarder.local_addr()?;
     let to_forwarder = PortPeer::udp(0, f_addr);
     receiver.add_peer(&to_forwarder);

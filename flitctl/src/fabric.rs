@@ -6,8 +6,8 @@
 //! per node under `docker compose`. `B` is chosen per fabric so that several
 //! fabrics (parallel tests) can run side by side.
 
-use anyhow::{bail, Context, Result};
 use crate::netns::{interface_mac, interface_name, EthernetNet};
+use anyhow::{bail, Context, Result};
 use flitnet_core::control::{
     DaemonConfig, DataTransport, FabricParams, PortPeer, Request, Role, TrafficSpec,
 };
@@ -498,6 +498,26 @@ impl Fabric {
                 .call_ok(Request::SetPort { port: end.port, up })?;
         }
         Ok(())
+    }
+
+    /// Ethernet transport: sets both veth ends of `link` down (or up), a
+    /// pulled cable the daemons are not told about: frames on it vanish
+    /// and the ends notice by keepalive timeout.
+    pub fn set_carrier(&self, link: LinkId, up: bool) -> Result<()> {
+        let ns = self
+            .netns()
+            .context("only an ethernet-transport fabric has cables to pull")?;
+        let l = self
+            .topo
+            .links
+            .get(link as usize)
+            .with_context(|| format!("no link {link}"))?
+            .clone();
+        let names: Vec<String> = [l.a, l.b]
+            .iter()
+            .map(|e| interface_name(node_index(&self.topo, e.node), e.port))
+            .collect();
+        crate::netns::set_up(ns, &names, up)
     }
 
     /// SIGKILLs a daemon (a real crash: neighbours must notice by themselves).

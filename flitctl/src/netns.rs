@@ -78,6 +78,17 @@ fn ip(args: &[&str], stdin: Option<&str>) -> Result<()> {
     Ok(())
 }
 
+/// Sets interfaces `names` of namespace `ns` up or down.
+pub fn set_up(ns: &str, names: &[String], up: bool) -> Result<()> {
+    let state = if up { "up" } else { "down" };
+    let batch: String = names
+        .iter()
+        .map(|n| format!("link set dev {n} {state}\n"))
+        .collect();
+    ip(&["-n", ns, "-batch", "-"], Some(&batch))
+        .with_context(|| format!("setting {} {state} in `{ns}`", names.join(", ")))
+}
+
 /// A network namespace with the fabric's veth pairs; deleted on drop
 /// (which deletes every interface in it) unless [`EthernetNet::keep`].
 #[derive(Debug)]
@@ -112,7 +123,10 @@ impl EthernetNet {
         for l in &topo.links {
             let end = |p: PortRef| {
                 let i = index(p.node);
-                (interface_name(i, p.port), mac_text(interface_mac(i, p.port)))
+                (
+                    interface_name(i, p.port),
+                    mac_text(interface_mac(i, p.port)),
+                )
             };
             let (a, a_mac) = end(l.a);
             let (b, b_mac) = end(l.b);

@@ -155,6 +155,12 @@ pub struct UpArgs {
     #[arg(long)]
     /// Repeat to kill several links at the same instant.
     pub kill_link: Vec<String>,
+    /// How `--kill-link` kills: `admin` tells both ends' daemons to take
+    /// the port down (they know at once); `carrier` sets both veth ends
+    /// down (`ip link set down`, ethernet transport only): frames vanish
+    /// and the daemons must notice by themselves (keepalive timeout).
+    #[arg(long, value_enum, default_value_t = KillBy::Admin)]
+    pub kill_by: KillBy,
     /// SIGKILL this switch's process mid-run (its neighbours must notice).
     #[arg(long)]
     pub kill_switch: Option<String>,
@@ -189,6 +195,12 @@ pub struct UpArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillBy {
+    Admin,
+    Carrier,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,6 +355,9 @@ pub fn run(args: UpArgs) -> Result<()> {
         },
         None => None,
     };
+    if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
+        bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
+    }
     let opts = SessionOptions {
         params: args.fabric.params(),
         engine: args.engine.clone(),
@@ -387,7 +402,10 @@ pub fn run(args: UpArgs) -> Result<()> {
         let fault = if !kill_links.is_empty() {
             let mut names = Vec::new();
             for &l in &kill_links {
-                fabric.set_link(l, false)?;
+                match args.kill_by {
+                    KillBy::Admin => fabric.set_link(l, false)?,
+                    KillBy::Carrier => fabric.set_carrier(l, false)?,
+                }
                 faults.links.insert(l);
                 let link = &topo.links[l as usize];
                 names.push(format!(
@@ -399,9 +417,12 @@ pub fn run(args: UpArgs) -> Result<()> {
                 ));
             }
             let what = names.join(",");
-            crate::ctl_metrics::fault("link-down", &what);
-            events
-                .record(serde_json::json!({"event": "fault", "kind": "link-down", "element": what}))
+            let kind = match args.kill_by {
+                KillBy::Admin => "link-down",
+                KillBy::Carrier => "carrier-down",
+            };
+            crate::ctl_metrics::fault(kind, &what);
+            events.record(serde_json::json!({"event": "fault", "kind": kind, "element": what}))
         } else {
             let s = kill_switch.expect("one of the two");
             fabric.kill(NodeRef::Switch(s))?;

@@ -103,7 +103,10 @@ fn an_ethernet_port_on_a_missing_interface_names_interface_and_node() {
         vec![PortPeer::ethernet(2, "flitnet-nope0", None)],
     );
     cfg.fabric.transport = flitnet_core::control::DataTransport::Ethernet;
-    let stderr = refused(&write("no-iface.json", &serde_json::to_string(&cfg).unwrap()));
+    let stderr = refused(&write(
+        "no-iface.json",
+        &serde_json::to_string(&cfg).unwrap(),
+    ));
     assert!(
         stderr.contains("s0") && stderr.contains("port 2: no interface `flitnet-nope0`"),
         "{stderr}"
@@ -111,6 +114,9 @@ fn an_ethernet_port_on_a_missing_interface_names_interface_and_node() {
     // A UDP fabric's port must have a peer address, an Ethernet one an
     // interface: a half-converted configuration is named.
     cfg.fabric.transport = flitnet_core::control::DataTransport::Udp;
-    let stderr = refused(&write("udp-iface.json", &serde_json::to_string(&cfg).unwrap()));
+    let stderr = refused(&write(
+        "udp-iface.json",
+        &serde_json::to_string(&cfg).unwrap(),
+    ));
     assert!(stderr.contains("port 2 has no peer address"), "{stderr}");
 }
