@@ -16,19 +16,26 @@
 //!   4-ary 3-tree (112 processes) and an 8-ary 3-tree (704), and whether a
 //!   low-load all-to-all delivers every message.
 //!
+//! * **Transports.** The same switchd forwarding measurement (and the bare
+//!   forwarder, and the 4-ary 2-tree) over UDP on loopback and over raw
+//!   Ethernet on veth pairs in a network namespace, alternated in the same
+//!   run, as ethernet/udp ratios (needs root).
+//!
 //! Timer lateness (the emulation's dilation) comes from the daemons' event
 //! loops, which add it to their `Report` answers.
 
 use crate::fabric::{Fabric, LaunchOptions};
+use crate::netns::{interface_mac, interface_name, EthernetNet};
 use crate::report::{self, RunReport};
 use crate::up::{compute_routes, parse_duration};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::control::PortPeer;
-use flitnet_core::control::{FabricParams, SwitchingMode, TrafficSpec};
+use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode, TrafficSpec};
 use flitnet_core::topology::{generators, FaultSet, NodeRef, Topology};
 use flitnet_runtime::clock::now_ns;
-use flitnet_runtime::transport::{UdpTransport, RECV_SLOTS};
+use flitnet_runtime::ethernet::EthernetTransport;
+use flitnet_runtime::transport::{Transport, UdpTransport, RECV_SLOTS};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,11 +51,12 @@ pub struct DatapathArgs {
     /// Length of each measurement window.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub window: Duration,
-    /// Sections to run, comma separated: forwarding, latency, fabric, scale.
+    /// Sections to run, comma separated: forwarding, latency, fabric,
+    /// transports, scale.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "forwarding,latency,fabric,scale"
+        default_value = "forwarding,latency,fabric,transports,scale"
     )]
     pub only: Vec<String>,
     /// Leave the 704-process 8-ary 3-tree out of the scale section.
@@ -102,6 +110,14 @@ pub fn run_datapath(args: DatapathArgs) -> Result<()> {
     }
     if want("fabric") {
         out["fabric"] = b.fabric_throughput()?;
+    }
+    if want("transports") {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            out["transports"] = b.transports()?;
+        } else {
+            println!("== transports: skipped (the ethernet transport needs root)");
+        }
     }
     if want("scale") {
         let mut scale = vec![b.scale(4, 3)?];
@@ -262,8 +278,20 @@ impl Bench {
         load: f64,
         tag: &str,
     ) -> Result<(f64, f64, f64, Value, Vec<Value>)> {
+        self.pair_run_on(DataTransport::Udp, bandwidth, load, tag)
+    }
+
+    fn pair_run_on(
+        &self,
+        transport: DataTransport,
+        bandwidth: Option<u64>,
+        load: f64,
+        tag: &str,
+    ) -> Result<(f64, f64, f64, Value, Vec<Value>)> {
         let topo = generators::kary_ntree(2, 1)?;
-        let (fabric, _) = self.launch(topo, Self::pair_params(bandwidth), tag)?;
+        let mut params = Self::pair_params(bandwidth);
+        params.transport = transport;
+        let (fabric, _) = self.launch(topo, params, tag)?;
         let warmup = Duration::from_millis(500);
         fabric.start_traffic(&Self::traffic("uniform", load, warmup + self.window))?;
         std::thread::sleep(warmup);
@@ -440,12 +468,18 @@ impl Bench {
     }
 
     fn fabric_at(&self, bandwidth: u64) -> Result<Value> {
+        self.fabric_at_on(DataTransport::Udp, bandwidth)
+    }
+
+    fn fabric_at_on(&self, transport: DataTransport, bandwidth: u64) -> Result<Value> {
         let topo = generators::kary_ntree(4, 2)?;
         let hosts = topo.num_hosts();
         let mut params = Self::pair_params(Some(bandwidth));
         params.buffer_depth = 16;
         params.propagation_ns = 10_000;
-        let (fabric, took) = self.launch(topo.clone(), params, &format!("fabric{bandwidth}"))?;
+        params.transport = transport;
+        let tag = format!("fabric{bandwidth}-{}", transport.name());
+        let (fabric, took) = self.launch(topo.clone(), params, &tag)?;
         let duration = Duration::from_secs(3).max(self.window);
         let spec = Self::traffic("uniform", 1.0, duration);
         fabric.start_traffic(&spec)?;
@@ -461,19 +495,89 @@ impl Bench {
         let fraction = run.accepted_flits_per_s / (hosts as f64 * bandwidth as f64);
         let worst_lateness = lateness.iter().cloned().fold(0.0, f64::max);
         println!(
-            "  links at {bandwidth} flits/s: accepted {:.0} flits/s over {hosts} hosts = {} of link bandwidth; lossless: {}; worst switch timer p99 lateness {:.1} us",
+            "  {} links at {bandwidth} flits/s: accepted {:.0} flits/s over {hosts} hosts = {} of link bandwidth; lossless: {}; worst switch timer p99 lateness {:.1} us",
+            transport.name(),
             run.accepted_flits_per_s,
             pct(fraction),
             run.lossless,
             worst_lateness / 1e3
         );
         Ok(json!({
+            "transport": transport.name(),
             "link_flits_per_s": bandwidth,
             "accepted_flits_per_s": run.accepted_flits_per_s,
             "fraction_of_link_bandwidth": fraction,
             "lossless": run.lossless,
             "latency": run.latency,
             "worst_switch_lateness_p99_ns": worst_lateness,
+        }))
+    }
+
+    /// UDP on loopback against raw Ethernet on veth pairs, alternated so
+    /// that both see the same machine: one switchd forwarding unpaced
+    /// (best of two runs each), the bare forwarders, and a 4-ary 2-tree.
+    fn transports(&self) -> Result<Value> {
+        println!("== transports: udp (loopback) vs ethernet (AF_PACKET on veth pairs)");
+        let both = [DataTransport::Udp, DataTransport::Ethernet];
+        let mut best: [(f64, f64, f64, Value); 2] =
+            std::array::from_fn(|_| (0.0, 0.0, 0.0, Value::Null));
+        for round in 0..2 {
+            for (i, &t) in both.iter().enumerate() {
+                let (flits, dgrams, bytes, sw, _) =
+                    self.pair_run_on(t, None, 1.0, &format!("tr-{}-{round}", t.name()))?;
+                println!(
+                    "  ({} round {round}: switchd forwarded {flits:.0} flits/s, {dgrams:.0} frames/s)",
+                    t.name()
+                );
+                if flits > best[i].0 {
+                    best[i] = (flits, dgrams, bytes, sw["transport"].clone());
+                }
+            }
+        }
+        let datagram = (best[0].2.round() as usize).clamp(32, 1400);
+        let base_udp = baseline(datagram, None, self.window)?;
+        let base_eth = baseline_ethernet(datagram, self.window)?;
+        let mut rows = Vec::new();
+        for (i, &t) in both.iter().enumerate() {
+            let (flits, dgrams, bytes, tr) = &best[i];
+            let base = if i == 0 { &base_udp } else { &base_eth };
+            println!(
+                "  {:<8} switchd {:>10.0} flits/s {:>9.0} datagrams/s ({:.1} flits/datagram, {:.0} B) | bare forwarder {:>9.0} datagrams/s of {datagram} B",
+                t.name(),
+                flits,
+                dgrams,
+                flits / dgrams.max(1.0),
+                bytes,
+                base.datagrams_per_s
+            );
+            rows.push(json!({
+                "transport": t.name(),
+                "switch_flits_per_s": flits,
+                "switch_datagrams_per_s": dgrams,
+                "mean_datagram_bytes": bytes,
+                "baseline_datagrams_per_s": base.datagrams_per_s,
+                "switch_transport": tr,
+            }));
+        }
+        let ratio = |a: f64, b: f64| a / b.max(1.0);
+        let switch_ratio = ratio(best[1].0, best[0].0);
+        let base_ratio = ratio(base_eth.datagrams_per_s, base_udp.datagrams_per_s);
+        println!(
+            "  ratio ethernet/udp: switchd flits/s {switch_ratio:.2}, bare forwarder datagrams/s {base_ratio:.2}"
+        );
+        let mut fabric = Vec::new();
+        for t in both {
+            fabric.push(self.fabric_at_on(t, 50_000)?);
+        }
+        let accepted = |i: usize| fabric[i]["accepted_flits_per_s"].as_f64().unwrap_or(0.0);
+        let fabric_ratio = ratio(accepted(1), accepted(0));
+        println!("  ratio ethernet/udp: 4-ary 2-tree accepted flits/s {fabric_ratio:.2}");
+        Ok(json!({
+            "forwarding": rows,
+            "switch_flits_ratio": switch_ratio,
+            "baseline_ratio": base_ratio,
+            "fabric": fabric,
+            "fabric_ratio": fabric_ratio,
         }))
     }
 
@@ -655,6 +759,50 @@ const STAMP: usize = 16;
 /// None the sender blasts and the result is the forwarder's ceiling; with a
 /// rate it paces and the receiver records one-way latency.
 fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<BaselineResult> {
+    let datagram = datagram.max(STAMP);
+    let (sender, forwarder, receiver) = udp_trio(datagram)?;
+    forward(
+        Transport::Udp(sender),
+        Transport::Udp(forwarder),
+        Transport::Udp(receiver),
+        datagram,
+        rate,
+        window,
+    )
+}
+
+/// The bare forwarder over raw Ethernet: sender, forwarder and receiver
+/// each on their veth ends, in a namespace of their own (deleted after).
+fn baseline_ethernet(datagram: usize, window: Duration) -> Result<BaselineResult> {
+    let datagram = datagram.max(STAMP);
+    // Host 0 — switch (node 2) — host 1, as a 2-ary 1-tree is cabled.
+    let topo = generators::kary_ntree(2, 1)?;
+    let name = format!("flitnet-bench-{}", std::process::id());
+    let net = EthernetNet::create(&name, &topo, datagram + 2)?;
+    let eth = |port: u16, node: usize, peer: (usize, u16)| {
+        PortPeer::ethernet(
+            port,
+            &interface_name(node, port),
+            Some(interface_mac(peer.0, peer.1)),
+        )
+    };
+    let ns = Some(net.name());
+    let sender = EthernetTransport::open(&[eth(0, 0, (2, 0))], ns, datagram)?;
+    let forwarder = EthernetTransport::open(&[eth(0, 2, (0, 0)), eth(1, 2, (1, 0))], ns, datagram)?;
+    let receiver = EthernetTransport::open(&[eth(0, 1, (2, 1))], ns, datagram)?;
+    forward(
+        Transport::Ethernet(sender),
+        Transport::Ethernet(forwarder),
+        Transport::Ethernet(receiver),
+        datagram,
+        None,
+        window,
+    )
+}
+
+/// Sender, forwarder (port 0 from the sender, port 1 to the receiver) and
+/// receiver on loopback UDP.
+fn udp_trio(datagram: usize) -> Result<(UdpTransport, UdpTransport, UdpTransport)> {
     let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
     let mut receiver = UdpTransport::bind(any, &[])?;
     let mut sender = UdpTransport::bind(any, &[])?;
@@ -667,10 +815,22 @@ fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<Base
     receiver.add_peer(&to_forwarder);
     sender.add_peer(&to_forwarder);
     for t in [&mut receiver, &mut sender, &mut forwarder] {
-        t.set_max_datagram(datagram.max(STAMP));
+        t.set_max_datagram(datagram);
     }
+    Ok((sender, forwarder, receiver))
+}
+
+/// Blasts (or paces, with `rate`) datagrams from `sender` through
+/// `forwarder` to `receiver` for `window`, one thread each.
+fn forward(
+    mut sender: Transport,
+    mut forwarder: Transport,
+    mut receiver: Transport,
+    datagram: usize,
+    rate: Option<f64>,
+    window: Duration,
+) -> Result<BaselineResult> {
     let stop = Arc::new(AtomicBool::new(false));
-    let datagram = datagram.max(STAMP);
 
     let fwd_stop = stop.clone();
     let fwd = std::thread::spawn(move || {
@@ -797,6 +957,20 @@ mod tests {
         let paced = baseline(200, Some(2_000.0), Duration::from_millis(300)).unwrap();
         assert!(paced.datagrams_per_s > 200.0, "{}", paced.datagrams_per_s);
         assert!(paced.p50_ns > 0.0 && paced.p99_ns >= paced.p50_ns);
+    }
+
+    #[test]
+    fn the_ethernet_baseline_forwards_over_veth_pairs() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            eprintln!("skipped: the ethernet transport needs root");
+            return;
+        }
+        let blast = baseline_ethernet(200, Duration::from_millis(200)).unwrap();
+        assert!(blast.datagrams_per_s > 100.0, "{}", blast.datagrams_per_s);
+        let ns = format!("flitnet-bench-{}", std::process::id());
+        assert!(!EthernetNet::exists(&ns), "namespace {ns} left behind");
     }
 
     #[test]

@@ -1039,9 +1039,12 @@ mod tests {
                         })
                         .unwrap();
                     assert_eq!(
-                        p.peer, by_node[&peer.node].config.data_addr,
+                        p.peer,
+                        Some(by_node[&peer.node].config.data_addr),
                         "{} port {} must point at {}",
-                        c.service, p.port, by_node[&peer.node].service
+                        c.service,
+                        p.port,
+                        by_node[&peer.node].service
                     );
                 }
                 assert_eq!(c.config.token, "0123456789abcdef");
