@@ -509,7 +509,7 @@ impl EthernetTransport {
                 self.counters.truncated += 1;
                 continue;
             }
-            if self.recv_names[i].sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if self.recv_names[i].sll_pkttype == libc::PACKET_OUTGOING {
                 // Our own frame seen by a tap (kernels without
                 // PACKET_IGNORE_OUTGOING): not from the peer.
                 continue;
