@@ -21,7 +21,7 @@
 
 use crate::up::parse_duration;
 use anyhow::{bail, Context, Result};
-use flitnet_core::control::{FabricParams, SwitchingMode};
+use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
@@ -203,6 +203,9 @@ pub struct FabricSection {
     pub delay: Time,
     pub dead_after: Time,
     pub max_packet_flits: u32,
+    /// `udp` (default) or `ethernet` (veth pairs in a network namespace
+    /// made for the run; needs root, docs/wire.md "Transports").
+    pub transport: DataTransport,
 }
 
 impl Default for FabricSection {
@@ -215,6 +218,7 @@ impl Default for FabricSection {
             delay: Time(Duration::from_micros(10)),
             dead_after: Time(Duration::from_millis(300)),
             max_packet_flits: 8,
+            transport: DataTransport::Udp,
         }
     }
 }
@@ -234,7 +238,7 @@ impl FabricSection {
             flit_payload: 16,
             max_packet_flits: self.max_packet_flits,
             recovery: Default::default(),
-            transport: Default::default(),
+            transport: self.transport,
         }
     }
 }
