@@ -904,7 +904,7 @@ fn forward(
             seq += 1;
         }
         if sender.send_batch(&ports[..n], &payload[..n]) < n {
-            wait_writable(sender.raw_fd(), 5);
+            wait_sendable(&mut sender);
         }
     }
     std::thread::sleep(Duration::from_millis(100));
@@ -942,8 +942,17 @@ fn wait_readable(fd: i32, timeout_ms: i32) {
     poll_one(fd, libc::POLLIN, timeout_ms)
 }
 
-fn wait_writable(fd: i32, timeout_ms: i32) {
-    poll_one(fd, libc::POLLOUT, timeout_ms)
+/// Waits (up to 5 ms) until `t` can send again after a full buffer.
+fn wait_sendable(t: &mut Transport) {
+    match t {
+        Transport::Udp(u) => poll_one(u.raw_fd(), libc::POLLOUT, 5),
+        // The Ethernet transport's descriptor is an epoll set, readable
+        // when its sending socket drains; `recv_batch` takes note of that.
+        Transport::Ethernet(e) => {
+            poll_one(e.raw_fd(), libc::POLLIN, 5);
+            e.recv_batch(0, |_, _| {});
+        }
+    }
 }
 
 #[cfg(test)]
