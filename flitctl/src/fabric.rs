@@ -201,15 +201,12 @@ impl Fabric {
             None => pick_subnet()?,
         };
         let token = new_token();
-        let net = match opts.params.transport {
+        let netns = match opts.params.transport {
             DataTransport::Udp => None,
-            DataTransport::Ethernet => {
-                let name = match &opts.netns {
-                    Some(n) => n.clone(),
-                    None => format!("flitnet-{}", &token[..12]),
-                };
-                Some(EthernetNet::create(&name, &topo, opts.params.mtu + 2)?)
-            }
+            DataTransport::Ethernet => Some(match &opts.netns {
+                Some(n) => n.clone(),
+                None => format!("flitnet-{}", &token[..12]),
+            }),
         };
         let configs = daemon_configs(
             &topo,
@@ -219,8 +216,16 @@ impl Fabric {
             opts.metrics,
             opts.seed,
             opts.events_addr,
-            net.as_ref().map(|n| n.name()),
+            netns.as_deref(),
         );
+        // Refuse a bad configuration before anything is created.
+        for (_, cfg) in &configs {
+            cfg.validate()?;
+        }
+        let net = match &netns {
+            None => None,
+            Some(name) => Some(EthernetNet::create(name, &topo, opts.params.mtu + 2)?),
+        };
         let mut fabric = Fabric {
             topo,
             token,
@@ -231,7 +236,6 @@ impl Fabric {
             net,
         };
         for (node, cfg) in configs {
-            cfg.validate()?;
             let bin = match node {
                 NodeRef::Switch(_) => opts.bin_dir.join("switchd"),
                 NodeRef::Host(_) => opts.bin_dir.join("hostd"),

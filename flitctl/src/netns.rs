@@ -194,4 +194,32 @@ mod tests {
         assert!(check_name("../etc").is_err());
         assert!(check_name("a b").is_err());
     }
+
+    #[test]
+    fn a_namespace_is_deleted_on_drop_and_when_wiring_it_fails() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            eprintln!("skipped: network namespaces need root");
+            return;
+        }
+        let topo = flitnet_core::topology::generators::kary_ntree(2, 1).unwrap();
+        let name = format!("flitnet-u{}", std::process::id());
+        let net = EthernetNet::create(&name, &topo, 1402).unwrap();
+        assert!(EthernetNet::exists(&name));
+        // Taken: refused, and the existing one is left alone.
+        let err = EthernetNet::create(&name, &topo, 1402).unwrap_err();
+        assert!(format!("{err:#}").contains(&name), "{err:#}");
+        assert!(EthernetNet::exists(&name));
+        drop(net);
+        assert!(!EthernetNet::exists(&name));
+        // veths cannot have a 70 000-byte MTU: the namespace made just
+        // before is deleted again.
+        let err = EthernetNet::create(&name, &topo, 70_000).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("creating the veth pairs"),
+            "{err:#}"
+        );
+        assert!(!EthernetNet::exists(&name), "left behind after a failure");
+    }
 }
