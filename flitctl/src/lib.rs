@@ -11,6 +11,7 @@ pub mod events;
 pub mod fabric;
 pub mod ibsim;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod reproduce;
 pub mod route;

@@ -4,6 +4,7 @@
 //! everything.
 
 use crate::fabric::Fabric;
+use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
 use anyhow::{bail, Context, Result};
@@ -153,6 +154,10 @@ pub struct UpArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Progress lines on stderr once a second during the traffic phase:
+    /// auto = when stderr is a terminal.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    pub progress: ProgressMode,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -342,11 +347,12 @@ pub fn run(args: UpArgs) -> Result<()> {
     let spec = traffic_spec(&args.traffic, args.seed);
     fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
+    let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);
     events.record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
     let mut faults = FaultSet::none();
     let mut fault_log = Vec::new();
     if !kill_links.is_empty() || kill_switch.is_some() {
-        std::thread::sleep(args.kill_at.saturating_sub(traffic_start.elapsed()));
+        progress.sleep_until(&fabric, args.kill_at);
         let fault = if !kill_links.is_empty() {
             let mut names = Vec::new();
             for &l in &kill_links {
@@ -396,11 +402,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         ));
     }
     // Let the traffic phase finish, then give in-flight messages time to land.
-    std::thread::sleep(
-        args.traffic
-            .duration
-            .saturating_sub(traffic_start.elapsed()),
-    );
+    progress.sleep_until(&fabric, args.traffic.duration);
     let reports = report::drain(&fabric, Duration::from_secs(5))?;
     let switch_reports = fabric.reports(false)?;
     let reroutes: u64 = switch_reports
