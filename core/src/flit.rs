@@ -40,12 +40,33 @@ pub mod flags {
     pub const RETRANSMISSION: u8 = 1 << 3;
 }
 
-/// Per-packet routing flags carried in the head (seed 004).
+/// Per-packet routing flags carried in the head (seed 004 §3.5, §3.10).
+///
+/// Bits 0–3 are seed 004's per-sub-header **D** bits: bit `i` set means leg
+/// `i` is routed by the deterministic (escape) function only. A packet
+/// without intermediate nodes has one leg, so bit 0 alone is "this packet is
+/// deterministic". Bit 4 is reserved for **M** (misrouting): the head does
+/// not carry misroute runs yet, so hosts never set it and switches ignore it.
 pub mod route_flags {
-    /// Do not route adaptively: use the deterministic (escape) port only.
-    pub const DETERMINISTIC: u8 = 1 << 0;
-    /// Misroute on purpose at the next hop (seed 004's M mechanism).
-    pub const MISROUTE: u8 = 1 << 1;
+    /// D on every leg (the whole packet is deterministic).
+    pub const DETERMINISTIC: u8 = 0x0F;
+    /// Misroute on purpose (seed 004's M). Reserved: no runs on the wire yet.
+    pub const MISROUTE: u8 = 1 << 4;
+
+    /// The D bit of leg `leg` (0..=3, one more than
+    /// [`super::MAX_INTERMEDIATES`]).
+    pub const fn deterministic_leg(leg: u8) -> u8 {
+        if leg < 4 {
+            1 << leg
+        } else {
+            0
+        }
+    }
+
+    /// Whether leg `leg` of a head with these flags is deterministic.
+    pub const fn is_deterministic(flags: u8, leg: u8) -> bool {
+        flags & deterministic_leg(leg) != 0
+    }
 }
 
 /// Maximum number of intermediate destinations a head can carry (seed 004

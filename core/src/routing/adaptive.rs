@@ -12,7 +12,7 @@
 
 use super::dor::{dor_port, Grid};
 use super::ecube::{cube_dimension, cube_port, ecube_port};
-use super::tables::{AdaptiveEntry, AdaptiveTable, RoutingTables, SwitchTable};
+use super::tables::{AdaptiveEntry, AdaptiveTable, RoutingTables, SwitchTable, VcPolicy};
 use super::{RoutingEngine, RoutingError};
 use crate::topology::generators::DIRECT_HOST_PORT;
 use crate::topology::{Family, FaultSet, HostId, PortNo, SwitchId, Topology};
@@ -103,6 +103,64 @@ impl RoutingEngine for AdaptiveEscape {
     }
 }
 
+/// Escape VCs one leg needs on `topo`: a Dally–Seitz pair on tori (no
+/// bubble flow control in the data plane), one VC on meshes.
+pub fn escape_vcs_per_leg(topo: &Topology) -> Result<u8, RoutingError> {
+    Ok(if Grid::of(topo, NAME)?.wrap { 2 } else { 1 })
+}
+
+/// Adaptive-escape tables for seed 004's intermediate nodes: the same
+/// entries as [`AdaptiveEscape`] (indexed by the head's *current* target,
+/// so intermediates cost nothing in the switches), with the
+/// [`VcPolicy::Legs`] policy: `legs` escape virtual networks, then one
+/// adaptive VC (`vcs` = legs · escape VCs per leg + 1). A fabric with more
+/// VCs uses the extra ones as adaptive VCs too.
+pub fn leg_tables(topo: &Topology, legs: u8) -> Result<RoutingTables, RoutingError> {
+    let failed = |reason: String| RoutingError::Failed {
+        engine: NAME,
+        reason,
+    };
+    if legs == 0 || legs as usize > crate::flit::MAX_INTERMEDIATES + 1 {
+        return Err(failed(format!(
+            "{legs} legs: a head carries 1..={} legs",
+            crate::flit::MAX_INTERMEDIATES + 1
+        )));
+    }
+    let grid = Grid::of(topo, NAME)?;
+    let per_leg = escape_vcs_per_leg(topo)?;
+    let mut rt = AdaptiveEscape.route(topo, &FaultSet::none())?;
+    let faults = FaultSet::none();
+    let mut local: Vec<Vec<HostId>> = vec![Vec::new(); topo.num_switches()];
+    for h in 0..topo.num_hosts() as HostId {
+        let at = super::checker::host_attachment(topo, &faults, h)
+            .ok_or_else(|| failed(format!("host {h} is not attached to a router")))?;
+        if let crate::topology::NodeRef::Switch(s) = at.node {
+            local[s as usize].push(h);
+        }
+    }
+    rt.vc_policy = (0..topo.num_switches() as SwitchId)
+        .map(|sw| {
+            let (port_dim, mut dateline) = match grid.dateline_policy(sw) {
+                VcPolicy::Dateline { port_dim, dateline } => (port_dim, dateline),
+                _ => unreachable!("dateline_policy returns a Dateline policy"),
+            };
+            if !grid.wrap {
+                dateline.iter_mut().for_each(|d| *d = false);
+            }
+            VcPolicy::Legs {
+                legs,
+                escape_per_leg: per_leg,
+                port_dim,
+                dateline,
+                local_hosts: std::mem::take(&mut local[sw as usize]),
+            }
+        })
+        .collect();
+    rt.vcs = legs * per_leg + 1;
+    rt.engine = format!("{NAME}+legs{legs}");
+    Ok(rt)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +224,32 @@ mod tests {
         assert_eq!(grid_entry(&grid, 0, 10).candidates.len(), 4);
         assert_eq!(cube_entry(6, 0, 0b101101).candidates, vec![1, 3, 4, 6]);
         assert_eq!(cube_entry(6, 0, 0b101101).escape, Some(1));
+    }
+
+    #[test]
+    fn leg_tables_give_each_leg_an_escape_network_and_pass_the_checker() {
+        let torus = mesh_or_torus(&[3, 3, 3], true).unwrap();
+        let rt = leg_tables(&torus, 2).unwrap();
+        assert_eq!(rt.vcs, 5, "2 legs × dateline pair + 1 adaptive");
+        let VcPolicy::Legs {
+            legs,
+            escape_per_leg,
+            local_hosts,
+            ..
+        } = rt.vc_policy(13)
+        else {
+            panic!("{:?}", rt.vc_policy(13))
+        };
+        assert_eq!((*legs, *escape_per_leg), (2, 2));
+        assert_eq!(local_hosts, &vec![13]);
+        assert_eq!(rt.vc_policy(13).min_vcs(), 4);
+        // Leg 0's escape network is DOR with datelines: acyclic.
+        let report = check(&torus, &FaultSet::none(), &rt, &CheckOptions::default());
+        assert!(report.is_ok(), "{:?}", report.failures);
+        let mesh = mesh_or_torus(&[3, 3], false).unwrap();
+        assert_eq!(leg_tables(&mesh, 3).unwrap().vcs, 4);
+        assert!(leg_tables(&mesh, 5).is_err());
+        assert!(leg_tables(&kary_ntree(2, 2).unwrap(), 2).is_err());
     }
 
     #[test]

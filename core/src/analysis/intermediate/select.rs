@@ -414,10 +414,11 @@ pub fn choose_route(
 }
 
 impl Route {
-    /// Fills the intermediate-node fields of `head` (§3.2, §3.10) and resets
-    /// its leg index. Today's head carries one D flag for the whole packet and
-    /// no misroute runs, so a route with forced prefixes, or with D on some
-    /// legs only, is refused rather than silently changed.
+    /// Fills the intermediate-node fields of `head` (§3.2, §3.10): the
+    /// intermediates, leg 0, and the per-leg D bits
+    /// ([`route_flags::deterministic_leg`]). The head carries no misroute
+    /// runs yet, so a route with forced prefixes is refused rather than
+    /// silently changed.
     pub fn apply_to_head(&self, head: &mut Head) -> Result<(), IntermediateError> {
         let ins = self.intermediates();
         if ins.len() > MAX_INTERMEDIATES {
@@ -431,19 +432,15 @@ impl Route {
                 what: "misroute runs (per-leg direction/hop slots)",
             });
         }
-        let det = self.legs.iter().filter(|l| l.kind.deterministic()).count();
-        if det != 0 && det != self.legs.len() {
-            return Err(IntermediateError::HeadCannotCarry {
-                what: "a per-leg deterministic bit",
-            });
-        }
         head.intermediates = [0; MAX_INTERMEDIATES];
         head.intermediates[..ins.len()].copy_from_slice(&ins);
         head.n_intermediates = ins.len() as u8;
         head.leg = 0;
         head.route_flags &= !(route_flags::DETERMINISTIC | route_flags::MISROUTE);
-        if det != 0 {
-            head.route_flags |= route_flags::DETERMINISTIC;
+        for (i, l) in self.legs.iter().enumerate() {
+            if l.kind.deterministic() {
+                head.route_flags |= route_flags::deterministic_leg(i as u8);
+            }
         }
         Ok(())
     }
@@ -566,6 +563,27 @@ mod tests {
         let mut head = Head::default();
         r.apply_to_head(&mut head).unwrap();
         assert_eq!((head.n_intermediates, head.intermediates[0]), (1, 2));
+        // D on one leg only: that leg's bit.
+        let d_leg = Route {
+            legs: vec![
+                Leg {
+                    target: 2,
+                    kind: LegKind::Adaptive,
+                    prefix: vec![],
+                    hops: 1,
+                },
+                Leg {
+                    target: 1,
+                    kind: LegKind::Deterministic(crate::analysis::intermediate::DetOrder::Dor),
+                    prefix: vec![],
+                    hops: 1,
+                },
+            ],
+        };
+        d_leg.apply_to_head(&mut head).unwrap();
+        assert_eq!(head.route_flags, route_flags::deterministic_leg(1));
+        assert!(route_flags::is_deterministic(head.route_flags, 1));
+        assert!(!route_flags::is_deterministic(head.route_flags, 0));
         let RouteChoice::Routed(r) = choose_route(&t, &f, 0, 1, &Mechanisms::m()).unwrap() else {
             panic!()
         };
