@@ -8,9 +8,9 @@ use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{FabricParams, Request, SwitchingMode};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
-use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
@@ -142,6 +142,7 @@ pub struct UpArgs {
     /// `i-d`, `ix2-d`, `d`; docs/recovery.md): the switches run adaptive
     /// routing with one escape VC set per leg, so the run needs
     /// `--vcs` = legs × escape VCs per leg (2 on tori, 1 on meshes) + 1.
+    #[arg(long, value_enum, default_value_t = Mechanism::None)]
     pub mechanism: Mechanism,
     /// Seed for traffic and random choices.
     #[arg(long, default_value_t = 1)]
@@ -309,7 +310,12 @@ impl IntermediateSetup {
                 },
             )
             .context("pushing the fault set to the hosts")?;
-        let sum = |k: &str| -> u64 { answers.iter().map(|(_, b)| b[k].as_u64().unwrap_or(0)).sum() };
+        let sum = |k: &str| -> u64 {
+            answers
+                .iter()
+                .map(|(_, b)| b[k].as_u64().unwrap_or(0))
+                .sum()
+        };
         Ok(events.record(serde_json::json!({
             "event": "intermediate-routes-installed",
             "mechanism": self.mechanisms.to_string(),
@@ -330,7 +336,9 @@ impl IntermediateSetup {
             rs.iter().map(|(_, r)| f(r)).sum::<u64>()
         };
         let drops = sum(switches, &drops_of);
-        let i = |k: &'static str| move |r: &serde_json::Value| r["intermediate"][k].as_u64().unwrap_or(0);
+        let i = |k: &'static str| {
+            move |r: &serde_json::Value| r["intermediate"][k].as_u64().unwrap_or(0)
+        };
         serde_json::json!({
             "mechanism": self.mechanisms.to_string(),
             "legs": self.legs,
@@ -356,7 +364,11 @@ fn drops_of(r: &serde_json::Value) -> u64 {
 
 /// Every live switch's drops, summed.
 fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
-    Ok(fabric.reports(false)?.iter().map(|(_, r)| drops_of(r)).sum())
+    Ok(fabric
+        .reports(false)?
+        .iter()
+        .map(|(_, r)| drops_of(r))
+        .sum())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,7 +473,10 @@ pub fn run(args: UpArgs) -> Result<()> {
     let inodes = match args.mechanism.intermediate() {
         Some(m) => {
             if args.tables.is_some() {
-                bail!("--mechanism {:?} installs its own tables; drop --tables", args.mechanism);
+                bail!(
+                    "--mechanism {:?} installs its own tables; drop --tables",
+                    args.mechanism
+                );
             }
             Some(IntermediateSetup::new(&topo, m, args.fabric.vcs)?)
         }

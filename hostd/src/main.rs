@@ -4,8 +4,8 @@
 
 use anyhow::Result;
 use clap::Parser;
-use flitnet_core::control::{DaemonConfig, Request, Response, Role, TrafficSpec};
 use flitnet_core::analysis::intermediate::Mechanisms;
+use flitnet_core::control::{DaemonConfig, Request, Response, Role, TrafficSpec};
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::intermediate::IntermediateRoutes;
 use flitnet_core::host::retained::ReleasePolicy;

@@ -5,9 +5,7 @@
 //! intermediate nodes with per-leg D bits — with the offline selection code
 //! ([`RoutePlanner`], §3.8 order). Switches stay fault-oblivious.
 
-use crate::analysis::intermediate::{
-    IntermediateError, Mechanisms, RouteChoice, RoutePlanner,
-};
+use crate::analysis::intermediate::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
 use crate::flit::{route_flags, Head, MAX_INTERMEDIATES};
 use crate::topology::{FaultSet, HostId, Topology};
 use serde::{Deserialize, Serialize};
@@ -226,16 +224,26 @@ mod tests {
     #[test]
     fn refuses_more_legs_than_the_fabric_has_and_misrouting() {
         let t = mesh_or_torus(&[3, 3], false).unwrap();
-        let e = IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_x(2), 2)
-            .unwrap_err();
+        let e =
+            IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_x(2), 2).unwrap_err();
         assert!(
-            matches!(e, IntermediateError::NotEnoughLegs { needed: 3, legs: 2, .. }),
+            matches!(
+                e,
+                IntermediateError::NotEnoughLegs {
+                    needed: 3,
+                    legs: 2,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(e.to_string().contains("configure more VCs"));
-        let e = IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_m(), 2)
-            .unwrap_err();
-        assert!(matches!(e, IntermediateError::HeadCannotCarry { .. }), "{e}");
+        let e =
+            IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_m(), 2).unwrap_err();
+        assert!(
+            matches!(e, IntermediateError::HeadCannotCarry { .. }),
+            "{e}"
+        );
     }
 
     #[test]

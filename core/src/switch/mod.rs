@@ -693,11 +693,7 @@ impl Switch {
         let VcPolicy::Legs { local_hosts, .. } = &self.policy else {
             return;
         };
-        let Some(h) = self.inputs[i]
-            .buf
-            .front_mut()
-            .and_then(|f| f.head.as_mut())
-        else {
+        let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) else {
             return;
         };
         let n = (h.n_intermediates as usize).min(h.intermediates.len());

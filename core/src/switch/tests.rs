@@ -799,7 +799,9 @@ fn legs_switch(vcs: u8, table: SwitchTable) -> Net {
             local_hosts: vec![1],
         },
     );
-    let wires = (0..4).map(|h| (End::Host(h), End::Sw(0, h as PortNo))).collect();
+    let wires = (0..4)
+        .map(|h| (End::Host(h), End::Sw(0, h as PortNo)))
+        .collect();
     Net::new(4, vcs, vec![sw], wires)
 }
 
@@ -811,12 +813,17 @@ fn with_head(mut p: Vec<Flit>, f: impl Fn(&mut Head)) -> Vec<Flit> {
 #[test]
 fn a_head_at_its_intermediates_switch_starts_the_next_leg_without_ejection() {
     let mut net = legs_switch(2, lft(&[Some(0), Some(1), Some(2), Some(3)]));
-    net.hosts[0].to_send.extend(with_head(packet(0, 2, 1, 3, 0), |h| {
-        h.intermediates[0] = 1;
-        h.n_intermediates = 1;
-    }));
+    net.hosts[0]
+        .to_send
+        .extend(with_head(packet(0, 2, 1, 3, 0), |h| {
+            h.intermediates[0] = 1;
+            h.n_intermediates = 1;
+        }));
     net.run_for(5_000_000);
-    assert!(net.hosts[1].received.is_empty(), "ejected at the intermediate");
+    assert!(
+        net.hosts[1].received.is_empty(),
+        "ejected at the intermediate"
+    );
     let got = &net.hosts[2].received;
     assert_eq!(got.len(), 3);
     // Leg 1's escape VC (1 · escape_per_leg), and the head says leg 1.
@@ -830,10 +837,12 @@ fn a_head_at_its_intermediates_switch_starts_the_next_leg_without_ejection() {
 fn a_leg_without_an_escape_vc_set_is_dropped_and_counted() {
     let mut net = legs_switch(3, lft(&[Some(0), Some(1), Some(2), Some(3)]));
     // Two intermediates both here: the packet would need a third leg.
-    net.hosts[0].to_send.extend(with_head(packet(0, 2, 1, 2, 0), |h| {
-        h.intermediates = [1, 1, 0];
-        h.n_intermediates = 2;
-    }));
+    net.hosts[0]
+        .to_send
+        .extend(with_head(packet(0, 2, 1, 2, 0), |h| {
+            h.intermediates = [1, 1, 0];
+            h.n_intermediates = 2;
+        }));
     net.hosts[0].to_send.extend(packet(0, 3, 2, 2, 0));
     net.run_for(5_000_000);
     assert!(net.hosts[2].received.is_empty());

@@ -68,7 +68,11 @@ pub fn leg_escape_vc(
     let dim = |p: usize| port_dim.get(p).copied().flatten();
     let on_this_leg = in_vc >= base && in_vc < base + escape_per_leg;
     let same_ring = dim(in_port).is_some() && dim(in_port) == dim(out_port);
-    let mut vc = if on_this_leg && same_ring { in_vc } else { base };
+    let mut vc = if on_this_leg && same_ring {
+        in_vc
+    } else {
+        base
+    };
     if dateline.get(out_port).copied().unwrap_or(false) {
         vc = base + 1;
     }
@@ -112,11 +116,20 @@ mod tests {
             vec![Some(0), Some(0), Some(1), None],
             vec![false, true, false, false],
         );
-        let esc = |leg, in_port, in_vc, out| leg_escape_vc(2, &dims, &wrap, leg, in_port, in_vc, out);
+        let esc =
+            |leg, in_port, in_vc, out| leg_escape_vc(2, &dims, &wrap, leg, in_port, in_vc, out);
         assert_eq!(esc(0, 3, 0, 0), 0, "injection: leg 0 base");
-        assert_eq!(esc(1, 0, 1, 0), 2, "leg 1 starts at its own base, not the old VC");
+        assert_eq!(
+            esc(1, 0, 1, 0),
+            2,
+            "leg 1 starts at its own base, not the old VC"
+        );
         assert_eq!(esc(1, 0, 2, 1), 3, "leg 1 crossing its dateline");
-        assert_eq!(esc(1, 0, 3, 0), 3, "same ring, same leg: keeps the upper VC");
+        assert_eq!(
+            esc(1, 0, 3, 0),
+            3,
+            "same ring, same leg: keeps the upper VC"
+        );
         assert_eq!(esc(1, 0, 3, 2), 2, "new dimension: back to the base");
         assert_eq!(esc(2, 0, 6, 0), 4, "from an adaptive VC (6): base of leg 2");
         // Meshes: one escape VC per leg.
