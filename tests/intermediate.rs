@@ -8,6 +8,10 @@
 //! lost to a drop at the kill, and the intermediate-node counters moved.
 
 use flitnet::{flitctl, flitctl_json, processes_matching, topology};
+use std::sync::Mutex;
+
+/// One fabric (54 processes) at a time on two cores.
+static FABRIC: Mutex<()> = Mutex::new(());
 
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
@@ -15,6 +19,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     let run_dir = std::env::temp_dir().join(format!("flitnet-inodes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&run_dir);
     let topo = topology("torus-3x3x3.yaml");
@@ -123,4 +128,44 @@ fn a_mechanism_needing_more_vcs_than_configured_is_refused_before_bring_up() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("mesh or torus"), "{err}");
+}
+
+#[test]
+fn chaos_pushes_each_detected_fault_to_the_hosts_and_accounts_every_loss() {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let run_dir = std::env::temp_dir().join(format!("flitnet-inodes-chaos-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let scenario =
+        flitnet::workspace_dir().join("topologies/scenarios/torus-3x3x3-intermediate.yaml");
+    let result = flitctl_json(&[
+        "chaos",
+        scenario.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    let left = processes_matching(run_dir.to_str().unwrap());
+    assert_eq!(left, 0, "{left} daemons left running");
+    let report = result.unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(report["promise_kept"], true, "{}", report["promise"]);
+    assert_eq!(
+        report["accounting"]["unaccounted_messages"], 0,
+        "{report:#}"
+    );
+    assert_eq!(report["run"]["totals"]["duplicates"], 0);
+    // Both kills led to a push of the (growing) fault set.
+    let actions = report["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{report:#}");
+    for a in actions {
+        assert!(a["routes_installed_ms"].is_number(), "no push after {a:#}");
+    }
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let pushes: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"]["engine"] == "intermediate-nodes")
+        .collect();
+    assert_eq!(pushes.len(), 2, "{events}");
+    assert_eq!(pushes[1]["event"]["faulty_links"], 2);
+    assert_eq!(pushes[1]["event"]["not_tolerated_pairs"], 0);
+    let _ = std::fs::remove_dir_all(&run_dir);
 }

@@ -316,8 +316,12 @@ impl IntermediateSetup {
                 .map(|(_, b)| b[k].as_u64().unwrap_or(0))
                 .sum()
         };
+        // The same event as a switch re-route (the chaos report times
+        // recovery by it), saying what was installed.
         Ok(events.record(serde_json::json!({
-            "event": "intermediate-routes-installed",
+            "event": "routes-installed",
+            "engine": "intermediate-nodes",
+            "failed_links": faults.links.iter().collect::<Vec<_>>(),
             "mechanism": self.mechanisms.to_string(),
             "faulty_links": faults.links.len(),
             "routed_pairs": sum("routed"),
