@@ -17,20 +17,22 @@ fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-#[test]
-fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
+/// `flitctl up --mechanism MECH --vcs VCS` on the 3x3x3 torus with the link
+/// (0,0,0)–(1,0,0) killed mid-run; checks what every mechanism promises and
+/// returns the report.
+fn kill_a_torus_link(mech: &str, vcs: &str) -> serde_json::Value {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    let run_dir = std::env::temp_dir().join(format!("flitnet-inodes-{}", std::process::id()));
+    let run_dir =
+        std::env::temp_dir().join(format!("flitnet-inodes-{mech}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&run_dir);
     let topo = topology("torus-3x3x3.yaml");
     let result = flitctl_json(&[
         "up",
         topo.to_str().unwrap(),
         "--mechanism",
-        "i",
-        // 2 legs × (dateline pair) + 1 adaptive.
+        mech,
         "--vcs",
-        "5",
+        vcs,
         "--pattern",
         "uniform",
         "--bandwidth",
@@ -53,8 +55,8 @@ fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
         run_dir.to_str().unwrap(),
     ]);
     let left = processes_matching(run_dir.to_str().unwrap());
-    assert_eq!(left, 0, "{left} daemons left running");
-    let report = result.unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(left, 0, "{mech}: {left} daemons left running");
+    let report = result.unwrap_or_else(|e| panic!("{mech}: {e:#}"));
     let t = &report["totals"];
     let i = &report["intermediate"];
     let (sent, delivered, lost) = (
@@ -65,34 +67,54 @@ fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
     assert!(sent > 0, "{report:#}");
     assert_eq!(delivered + lost, sent, "{report:#}");
     for field in ["duplicates", "corrupted", "misdelivered_packets"] {
-        assert_eq!(t[field], 0, "{field}: {report:#}");
+        assert_eq!(t[field], 0, "{mech}: {field}: {report:#}");
     }
     assert_eq!(report["credit_violations"], 0, "{report:#}");
-    assert_eq!(i["mechanism"], "I");
-    assert_eq!(i["vcs"], 5);
-    // The hosts switched: packets went via intermediates, and the switches
-    // popped the legs there (never more pops than such packets: one IN each).
-    let via = u(&i["packets_via_intermediate"]);
-    let pops = u(&i["intermediate_pops"]);
-    assert!(via > 0, "no packet used an intermediate node: {i:#}");
-    assert!(pops > 0 && pops <= via, "{i:#}");
-    assert_eq!(i["packets_unrouted"], 0, "I tolerates one fault: {i:#}");
+    assert_eq!(i["vcs"].to_string(), vcs);
+    assert_eq!(i["packets_unrouted"], 0, "one fault is tolerated: {i:#}");
     // Drops only at the kill instant: none after the switchover, and every
     // lost message lost at least one of the flits dropped then.
-    assert_eq!(i["drops_after_switchover"], 0, "{report:#}");
+    assert_eq!(i["drops_after_switchover"], 0, "{mech}: {report:#}");
     let at_kill = u(&i["drops_at_switchover"]);
     assert!(
         lost <= at_kill,
-        "lost {lost} messages, {at_kill} drops: {report:#}"
+        "{mech}: lost {lost} messages, {at_kill} drops: {report:#}"
     );
     assert_eq!(u(&i["switch_drops"]), at_kill);
     // Only dead-port drops (no leg without VCs, no bad VC).
     let drops = report["drops"].as_object().unwrap();
     assert!(
         drops.keys().all(|k| k == "port_down"),
-        "unexpected drops: {drops:?}"
+        "{mech}: unexpected drops: {drops:?}"
     );
     let _ = std::fs::remove_dir_all(&run_dir);
+    report
+}
+
+#[test]
+fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
+    // I: 2 legs × (dateline pair) + 1 adaptive.
+    let report = kill_a_torus_link("i", "5");
+    let i = &report["intermediate"];
+    assert_eq!(i["mechanism"], "I");
+    // The hosts switched: packets went via intermediates, and the switches
+    // popped the legs there (never more pops than such packets: one IN each).
+    let via = u(&i["packets_via_intermediate"]);
+    let pops = u(&i["intermediate_pops"]);
+    assert!(via > 0, "no packet used an intermediate node: {i:#}");
+    assert!(pops > 0 && pops <= via, "{i:#}");
+}
+
+#[test]
+fn torus_hosts_switch_to_misroute_runs_after_a_link_kill() {
+    // M: one leg, direction-order escape pair + 1 adaptive.
+    let report = kill_a_torus_link("m", "3");
+    let i = &report["intermediate"];
+    assert_eq!(i["mechanism"], "M");
+    let misrouted = u(&i["packets_misrouted"]);
+    assert!(misrouted > 0, "no packet was misrouted: {i:#}");
+    assert!(u(&i["misroute_hops"]) > 0, "{i:#}");
+    assert_eq!(i["intermediate_pops"], 0);
 }
 
 #[test]

@@ -651,10 +651,15 @@ mod tests {
         vcs: u8,
     ) -> Fabric<Switch> {
         use crate::host::intermediate::IntermediateRoutes;
-        use crate::routing::adaptive::leg_tables;
+        use crate::routing::adaptive::{leg_tables_ordered, EscapeOrder};
         use crate::topology::generators::direct_port;
         let legs = mech.max_intermediates + 1;
-        let tables = leg_tables(&topo, legs).unwrap();
+        let order = if mech.misroute {
+            EscapeOrder::DirectionOrder
+        } else {
+            EscapeOrder::Dor
+        };
+        let tables = leg_tables_ordered(&topo, legs, order).unwrap();
         assert!(tables.vcs <= vcs + 1);
         let rounds = 2;
         let mut host = host_template(TrafficPattern::AllToAll { rounds }, vcs, 5);
@@ -745,6 +750,33 @@ mod tests {
         };
         assert!(on(2..4) > 0, "no flit on leg 1's escape VCs");
         assert!(on(0..2) > on(2..4));
+    }
+
+    #[test]
+    fn misroute_runs_are_taken_hop_by_hop_and_then_the_leg_ends() {
+        use crate::analysis::intermediate::Mechanisms;
+        // M alone (one leg, direction-order escape), then I+M and I+D+M.
+        for (mech, vcs) in [
+            (Mechanisms::m(), 3),
+            (Mechanisms::i_m(), 5),
+            (Mechanisms::i_d_m(), 5),
+        ] {
+            let f = all_to_all_around_a_dead_link(mesh_or_torus(&[3, 3], true).unwrap(), mech, vcs);
+            let misrouted: u64 = f
+                .hosts
+                .iter()
+                .map(|h| h.intermediate_stats().packets_misrouted)
+                .sum();
+            let hops: u64 = f.switches.iter().map(|s| s.counters().misroute_hops).sum();
+            if mech == Mechanisms::m() {
+                assert!(misrouted > 0, "{mech}: no packet was misrouted");
+            }
+            // Every forced hop of every misrouted packet was taken.
+            assert!(
+                hops >= misrouted,
+                "{mech}: {hops} forced hops, {misrouted} packets"
+            );
+        }
     }
 
     #[test]

@@ -70,7 +70,8 @@ pub enum Mechanism {
     /// fault the controller pushes the fault set to the hosts, which route
     /// affected pairs through intermediate nodes; switches keep their tables
     /// (docs/recovery.md). `i` = I, `ix2` = I×2, `ix3` = I×3, `i-d` = I+D,
-    /// `ix2-d` = I×2+D, `d` = D.
+    /// `ix2-d` = I×2+D, `d` = D, `m` = M, `d-m` = D+M, `i-m` = I+M,
+    /// `i-d-m` = I+D+M.
     #[serde(rename = "i")]
     I,
     #[serde(rename = "ix2")]
@@ -83,6 +84,14 @@ pub enum Mechanism {
     Ix2D,
     #[serde(rename = "d")]
     D,
+    #[serde(rename = "m")]
+    M,
+    #[serde(rename = "d-m")]
+    DM,
+    #[serde(rename = "i-m")]
+    IM,
+    #[serde(rename = "i-d-m")]
+    IDM,
 }
 
 impl Mechanism {
@@ -100,6 +109,10 @@ impl Mechanism {
             Mechanism::ID => "i-d",
             Mechanism::Ix2D => "ix2-d",
             Mechanism::D => "d",
+            Mechanism::M => "m",
+            Mechanism::DM => "d-m",
+            Mechanism::IM => "i-m",
+            Mechanism::IDM => "i-d-m",
         }
     }
 
@@ -113,6 +126,10 @@ impl Mechanism {
             Mechanism::ID => M::i_d(),
             Mechanism::Ix2D => M::i_x2_d(),
             Mechanism::D => M::d(),
+            Mechanism::M => M::m(),
+            Mechanism::DM => M::d_m(),
+            Mechanism::IM => M::i_m(),
+            Mechanism::IDM => M::i_d_m(),
             _ => return None,
         })
     }
@@ -427,7 +444,7 @@ impl Scenario {
         {
             bail!(
                 "{}: mechanism `{}` is not available in chaos runs yet (use reroute, none, \
-                 or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, d)",
+                 or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, d, m, d-m, i-m, i-d-m)",
                 path.display(),
                 file.mechanism.name()
             );

@@ -11,7 +11,7 @@ use clap::Args;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{FabricParams, Request, SwitchingMode};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
-use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables};
+use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
 use std::path::PathBuf;
@@ -139,7 +139,8 @@ pub struct UpArgs {
     /// `dlr-adaptive-link`; `none` = drop packets for dead ports.
     /// Meshes and tori: seed 004's intermediate nodes, chosen by the hosts
     /// from the fault set the controller pushes them (`i`, `ix2`, `ix3`,
-    /// `i-d`, `ix2-d`, `d`; docs/recovery.md): the switches run adaptive
+    /// `i-d`, `ix2-d`, `d`, `m`, `d-m`, `i-m`, `i-d-m`; docs/recovery.md):
+    /// the switches run adaptive
     /// routing with one escape VC set per leg, so the run needs
     /// `--vcs` = legs × escape VCs per leg (2 on tori, 1 on meshes) + 1.
     #[arg(long, value_enum, default_value_t = Mechanism::None)]
@@ -187,6 +188,18 @@ pub enum Mechanism {
     /// Seed 004 D: adaptive routing disabled per packet, no intermediates.
     #[value(name = "d")]
     D,
+    /// Seed 004 M: forced misroute runs at the start of the path.
+    #[value(name = "m")]
+    M,
+    /// Seed 004 D+M.
+    #[value(name = "d-m")]
+    DM,
+    /// Seed 004 I+M.
+    #[value(name = "i-m")]
+    IM,
+    /// Seed 004 I+D+M.
+    #[value(name = "i-d-m")]
+    IDM,
 }
 
 impl Mechanism {
@@ -199,6 +212,10 @@ impl Mechanism {
             Mechanism::ID => Mechanisms::i_d(),
             Mechanism::Ix2D => Mechanisms::i_x2_d(),
             Mechanism::D => Mechanisms::d(),
+            Mechanism::M => Mechanisms::m(),
+            Mechanism::DM => Mechanisms::d_m(),
+            Mechanism::IM => Mechanisms::i_m(),
+            Mechanism::IDM => Mechanisms::i_d_m(),
             _ => return None,
         })
     }
@@ -269,7 +286,13 @@ impl IntermediateSetup {
     /// fewer VCs than the mechanism's escape networks need.
     pub fn new(topo: &Topology, mechanisms: Mechanisms, vcs: u8) -> Result<Self> {
         let legs = mechanisms.max_intermediates + 1;
-        let tables = leg_tables(topo, legs).with_context(|| {
+        // M's forced runs need the direction-order escape (seed 004 §3.6).
+        let order = if mechanisms.misroute {
+            EscapeOrder::DirectionOrder
+        } else {
+            EscapeOrder::Dor
+        };
+        let tables = leg_tables_ordered(topo, legs, order).with_context(|| {
             format!("--mechanism {mechanisms}: intermediate nodes need a mesh or torus")
         })?;
         if tables.vcs > vcs {
@@ -350,6 +373,8 @@ impl IntermediateSetup {
             "intermediate_pops": sum(switches, &|r| r["intermediate_pops"].as_u64().unwrap_or(0)),
             "packets_via_intermediate": sum(hosts, &i("packets_via_intermediate")),
             "packets_deterministic": sum(hosts, &i("packets_deterministic")),
+            "packets_misrouted": sum(hosts, &i("packets_misrouted")),
+            "misroute_hops": sum(switches, &|r| r["misroute_hops"].as_u64().unwrap_or(0)),
             "packets_unrouted": sum(hosts, &i("packets_unrouted")),
             "switch_drops": drops,
             "drops_at_switchover": self.drops_at_switchover,

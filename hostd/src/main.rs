@@ -166,7 +166,7 @@ impl Node for HostNode {
                 let Some(mech) = Mechanisms::parse(&mechanism) else {
                     return Response::error(format!(
                         "{}: unknown intermediate-node mechanism `{mechanism}` \
-                         (I, I×2, I×3, I+D, I×2+D, D)",
+                         (I, I×2, I×3, I+D, I×2+D, D, M, D+M, I+M, I+D+M)",
                         self.name
                     ));
                 };
@@ -244,6 +244,8 @@ impl Node for HostNode {
             .absolute(i.packets_deterministic);
         counter!("flitnet_host_unrouted_packets_total", "host" => host.clone())
             .absolute(i.packets_unrouted);
+        counter!("flitnet_host_misrouted_packets_total", "host" => host.clone())
+            .absolute(i.packets_misrouted);
         gauge!("flitnet_emulation_lag_seconds", "host" => host.clone())
             .set(self.lag_ns as f64 / 1e9);
         gauge!("flitnet_port_up", "host" => host).set(if self.endpoint.link().is_peer_alive() {
@@ -290,6 +292,10 @@ fn describe_metrics() {
         (
             "flitnet_host_deterministic_packets_total",
             "Packets injected with adaptive routing disabled on some leg (seed 004 D).",
+        ),
+        (
+            "flitnet_host_misrouted_packets_total",
+            "Packets injected with forced misroute runs (seed 004 M).",
         ),
         (
             "flitnet_host_unrouted_packets_total",

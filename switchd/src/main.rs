@@ -284,6 +284,7 @@ impl Node for SwitchNode {
         counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
         counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())
             .absolute(c.intermediate_pops);
+        counter!("flitnet_misroute_hops_total", "switch" => sw.clone()).absolute(c.misroute_hops);
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }
 }
@@ -322,6 +323,10 @@ fn describe_metrics() {
         (
             "flitnet_reroutes_total",
             "Packets sent around a dead port by dynamic local rerouting.",
+        ),
+        (
+            "flitnet_misroute_hops_total",
+            "Forced misroute hops heads took here (seed 004 M).",
         ),
         (
             "flitnet_intermediate_pops_total",

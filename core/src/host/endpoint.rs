@@ -541,9 +541,11 @@ impl HostEndpoint {
                         Applied::Routed {
                             intermediates,
                             deterministic,
+                            misrouted,
                         } => {
                             self.in_stats.packets_via_intermediate += (intermediates > 0) as u64;
                             self.in_stats.packets_deterministic += deterministic as u64;
+                            self.in_stats.packets_misrouted += misrouted as u64;
                         }
                     }
                 }

@@ -6,7 +6,7 @@
 //! ([`RoutePlanner`], §3.8 order). Switches stay fault-oblivious.
 
 use crate::analysis::intermediate::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
-use crate::flit::{route_flags, Head, MAX_INTERMEDIATES};
+use crate::flit::{route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS, MAX_RUNS};
 use crate::topology::{FaultSet, HostId, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -21,6 +21,7 @@ enum DstRoute {
         intermediates: [HostId; MAX_INTERMEDIATES],
         n: u8,
         flags: u8,
+        runs: [[u8; MAX_RUNS]; MAX_LEGS],
     },
     /// No route the mechanism allows avoids the faults (or the pair is
     /// disconnected): packets go direct and may meet the fault.
@@ -36,6 +37,7 @@ pub enum Applied {
     Routed {
         intermediates: u8,
         deterministic: bool,
+        misrouted: bool,
     },
     Unrouted,
 }
@@ -67,8 +69,9 @@ pub struct IntermediateRoutes {
 impl IntermediateRoutes {
     /// Plans the routes of host `src` on `topo` with `faults`, for a fabric
     /// whose switches have escape virtual networks for `legs` legs. Refuses a
-    /// mechanism whose routes could need more legs than that, and M (the head
-    /// does not carry misroute runs yet).
+    /// mechanism whose routes could need more legs than that. With M the
+    /// switches must run the direction-order escape
+    /// ([`crate::routing::adaptive::EscapeOrder::DirectionOrder`]).
     pub fn plan(
         topo: &Topology,
         faults: &FaultSet,
@@ -82,11 +85,6 @@ impl IntermediateRoutes {
                 mechanism: mechanisms.to_string(),
                 needed,
                 legs,
-            });
-        }
-        if mechanisms.misroute {
-            return Err(IntermediateError::HeadCannotCarry {
-                what: "misroute runs (M)",
             });
         }
         let planner = RoutePlanner::new(topo, faults)?;
@@ -121,6 +119,7 @@ impl IntermediateRoutes {
                         intermediates: head.intermediates,
                         n: head.n_intermediates,
                         flags: head.route_flags,
+                        runs: head.runs,
                     }
                 }
                 RouteChoice::NotTolerated => {
@@ -151,14 +150,19 @@ impl IntermediateRoutes {
                 intermediates,
                 n,
                 flags,
+                runs,
             }) => {
                 head.intermediates = intermediates;
                 head.n_intermediates = n;
                 head.leg = 0;
-                head.route_flags = (head.route_flags & !route_flags::DETERMINISTIC) | flags;
+                head.route_flags = (head.route_flags
+                    & !(route_flags::DETERMINISTIC | route_flags::MISROUTE))
+                    | flags;
+                head.runs = runs;
                 Applied::Routed {
                     intermediates: n,
                     deterministic: flags & route_flags::DETERMINISTIC != 0,
+                    misrouted: flags & route_flags::MISROUTE != 0,
                 }
             }
         }
@@ -174,6 +178,9 @@ pub struct IntermediateStats {
     pub packets_via_intermediate: u64,
     /// Packets injected with some leg's D bit set.
     pub packets_deterministic: u64,
+    /// Packets injected with forced misroute runs (M).
+    #[serde(default)]
+    pub packets_misrouted: u64,
     /// Packets for destinations no allowed route reaches safely (sent
     /// direct; they may meet the fault).
     pub packets_unrouted: u64,
@@ -207,7 +214,8 @@ mod tests {
             r.apply(&mut h),
             Applied::Routed {
                 intermediates: 1,
-                deterministic: false
+                deterministic: false,
+                misrouted: false
             }
         );
         // The long way round the X ring: (2,0,0).
@@ -222,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn refuses_more_legs_than_the_fabric_has_and_misrouting() {
+    fn refuses_more_legs_than_the_fabric_has() {
         let t = mesh_or_torus(&[3, 3], false).unwrap();
         let e =
             IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_x(2), 2).unwrap_err();
@@ -238,12 +246,6 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("configure more VCs"));
-        let e =
-            IntermediateRoutes::plan(&t, &FaultSet::none(), 0, &Mechanisms::i_m(), 2).unwrap_err();
-        assert!(
-            matches!(e, IntermediateError::HeadCannotCarry { .. }),
-            "{e}"
-        );
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub enum VcPolicy {
         /// Hosts attached to this switch: a head whose current intermediate
         /// is one of them starts its next leg here.
         local_hosts: Vec<HostId>,
+        /// The port of each travel direction (index `d` = +d, `ndims + d` =
+        /// −d), for forced misroute hops (seed 004 M); empty without M.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dir_ports: Vec<PortNo>,
     },
 }
 

@@ -144,4 +144,7 @@ pub struct SwitchCounters {
     /// their next leg without ejection (seed 004 §3.2).
     #[serde(default)]
     pub intermediate_pops: u64,
+    /// Forced misroute hops heads took here (seed 004 M).
+    #[serde(default)]
+    pub misroute_hops: u64,
 }

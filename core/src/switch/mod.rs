@@ -697,7 +697,11 @@ impl Switch {
             return;
         };
         let n = (h.n_intermediates as usize).min(h.intermediates.len());
-        while (h.leg as usize) < n && local_hosts.contains(&h.intermediates[h.leg as usize]) {
+        // Never in the middle of a forced misroute prefix (§3.10).
+        while (h.leg as usize) < n
+            && h.pending_run().is_none()
+            && local_hosts.contains(&h.intermediates[h.leg as usize])
+        {
             h.leg += 1;
             self.counters.intermediate_pops += 1;
         }
@@ -715,6 +719,7 @@ impl Switch {
             escape_per_leg,
             port_dim,
             dateline,
+            dir_ports,
             ..
         } = &self.policy
         else {
@@ -728,18 +733,33 @@ impl Switch {
         if head.leg >= *legs {
             return Decision::Drop(DropReason::LegVc);
         }
-        let Some(table) = self.table.as_ref() else {
-            return Decision::Drop(DropReason::NoRoute);
-        };
-        let Some(route) = routing::lookup(table, routing::target(head)) else {
-            return Decision::Drop(DropReason::NoRoute);
-        };
-        let (candidates, escape): (&[PortNo], PortNo) = match route {
-            Route::Fixed(p) => (&[], p),
-            Route::Adaptive { candidates, escape } => {
-                match escape.or_else(|| candidates.first().copied()) {
-                    Some(e) => (candidates, e),
-                    None => return Decision::Drop(DropReason::NoRoute),
+        // A forced misroute hop (seed 004 M): its direction's port only, on
+        // an adaptive VC if one has room, else on the leg's escape VC.
+        let forced = head
+            .pending_run()
+            .map(|(_, dir)| dir_ports.get(dir as usize).copied());
+        let forced_port;
+        let (candidates, escape): (&[PortNo], PortNo) = match forced {
+            Some(None) => return Decision::Drop(DropReason::BadRoute),
+            Some(Some(p)) => {
+                forced_port = [p];
+                (&forced_port, p)
+            }
+            None => {
+                let Some(table) = self.table.as_ref() else {
+                    return Decision::Drop(DropReason::NoRoute);
+                };
+                let Some(route) = routing::lookup(table, routing::target(head)) else {
+                    return Decision::Drop(DropReason::NoRoute);
+                };
+                match route {
+                    Route::Fixed(p) => (&[], p),
+                    Route::Adaptive { candidates, escape } => {
+                        match escape.or_else(|| candidates.first().copied()) {
+                            Some(e) => (candidates, e),
+                            None => return Decision::Drop(DropReason::NoRoute),
+                        }
+                    }
                 }
             }
         };
@@ -760,7 +780,8 @@ impl Switch {
             Ok(out)
         };
         let escape_base = legs.saturating_mul(*escape_per_leg);
-        let deterministic = route_flags::is_deterministic(head.route_flags, head.leg);
+        let deterministic =
+            forced.is_some() || route_flags::is_deterministic(head.route_flags, head.leg);
         // Adaptive VCs: any minimal port (only the escape port under D).
         let single = [escape];
         let adaptive_ports: &[PortNo] = if deterministic { &single } else { candidates };
@@ -882,6 +903,17 @@ impl Switch {
                             return None;
                         }
                         Decision::Grant { out, out_vc } => {
+                            if let (VcPolicy::Legs { .. }, Some(h)) = (
+                                &self.policy,
+                                self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()),
+                            ) {
+                                if h.pending_run().is_some() {
+                                    // The forced hop is taken: rewrite the
+                                    // head (§3.10 hops_left − 1).
+                                    h.spend_run_hop();
+                                    self.counters.misroute_hops += 1;
+                                }
+                            }
                             self.inputs[i].track = track;
                             self.outputs.claim(out, out_vc, i as u32);
                             self.inputs[i].state = InState::Active {

@@ -797,6 +797,7 @@ fn legs_switch(vcs: u8, table: SwitchTable) -> Net {
             port_dim: vec![None; 4],
             dateline: vec![false; 4],
             local_hosts: vec![1],
+            dir_ports: vec![2, 3],
         },
     );
     let wires = (0..4)
@@ -885,4 +886,30 @@ fn the_d_bit_of_the_current_leg_confines_a_packet_to_the_escape_port() {
     // A D bit on another leg does not bind leg 0.
     let (other_leg_via2, _) = run(crate::flit::route_flags::deterministic_leg(1));
     assert!(other_leg_via2 > 0);
+}
+
+#[test]
+fn a_forced_misroute_hop_takes_its_directions_port_and_is_spent_in_the_head() {
+    // dir_ports = [2, 3]: direction 1 leaves by port 3. The head's leg 0
+    // still has one forced hop in direction 1, so although its intermediate
+    // (host 1) is attached here, the leg does not end here (§3.10: never
+    // pop in the middle of a forced prefix) and the table is not consulted.
+    let mut net = legs_switch(2, lft(&[Some(0), Some(1), Some(2), Some(2)]));
+    net.hosts[0]
+        .to_send
+        .extend(with_head(packet(0, 2, 1, 2, 0), |h| {
+            h.intermediates[0] = 1;
+            h.n_intermediates = 1;
+            h.route_flags = crate::flit::route_flags::MISROUTE;
+            h.runs[0][0] = crate::flit::pack_run(1, 1);
+        }));
+    net.run_for(5_000_000);
+    let got = &net.hosts[3].received;
+    assert_eq!(got.len(), 2, "forced port 3");
+    let h = got[0].head.as_ref().unwrap();
+    assert_eq!(h.runs[0][0], crate::flit::pack_run(1, 0), "hop spent");
+    assert_eq!(h.leg, 0, "no pop mid-prefix");
+    assert_eq!(net.switches[0].counters().misroute_hops, 1);
+    assert_eq!(net.switches[0].counters().intermediate_pops, 0);
+    assert!(net.hosts[2].received.is_empty());
 }

@@ -14,7 +14,7 @@ use super::legs::{
     RouteChoice,
 };
 use super::IntermediateError;
-use crate::flit::{route_flags, Head, MAX_INTERMEDIATES};
+use crate::flit::{pack_run, route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS};
 use crate::topology::{FaultSet, HostId, NodeRef, Topology};
 use std::collections::HashMap;
 
@@ -415,10 +415,9 @@ pub fn choose_route(
 
 impl Route {
     /// Fills the intermediate-node fields of `head` (§3.2, §3.10): the
-    /// intermediates, leg 0, and the per-leg D bits
-    /// ([`route_flags::deterministic_leg`]). The head carries no misroute
-    /// runs yet, so a route with forced prefixes is refused rather than
-    /// silently changed.
+    /// intermediates, leg 0, the per-leg D bits
+    /// ([`route_flags::deterministic_leg`]) and, for M, each leg's forced
+    /// runs ([`Head::runs`], with [`route_flags::MISROUTE`]).
     pub fn apply_to_head(&self, head: &mut Head) -> Result<(), IntermediateError> {
         let ins = self.intermediates();
         if ins.len() > MAX_INTERMEDIATES {
@@ -427,9 +426,14 @@ impl Route {
                 max: MAX_INTERMEDIATES,
             });
         }
-        if self.legs.iter().any(|l| !l.prefix.is_empty()) {
+        if self.legs.iter().any(|l| {
+            l.prefix.len() > MAX_RUNS
+                || l.prefix
+                    .iter()
+                    .any(|r| r.hops == 0 || r.hops as u32 > MAX_RUN_HOPS || r.dir.0 > 5)
+        }) {
             return Err(IntermediateError::HeadCannotCarry {
-                what: "misroute runs (per-leg direction/hop slots)",
+                what: "more than 3 runs, or runs longer than 8 hops, on a leg",
             });
         }
         head.intermediates = [0; MAX_INTERMEDIATES];
@@ -437,9 +441,14 @@ impl Route {
         head.n_intermediates = ins.len() as u8;
         head.leg = 0;
         head.route_flags &= !(route_flags::DETERMINISTIC | route_flags::MISROUTE);
+        head.runs = [[0; MAX_RUNS]; MAX_LEGS];
         for (i, l) in self.legs.iter().enumerate() {
             if l.kind.deterministic() {
                 head.route_flags |= route_flags::deterministic_leg(i as u8);
+            }
+            for (slot, r) in l.prefix.iter().enumerate() {
+                head.runs[i][slot] = pack_run(r.dir.0, r.hops);
+                head.route_flags |= route_flags::MISROUTE;
             }
         }
         Ok(())
@@ -587,10 +596,12 @@ mod tests {
         let RouteChoice::Routed(r) = choose_route(&t, &f, 0, 1, &Mechanisms::m()).unwrap() else {
             panic!()
         };
-        assert!(matches!(
-            r.apply_to_head(&mut head),
-            Err(IntermediateError::HeadCannotCarry { .. })
-        ));
+        // M: the forced runs go into the head, packed, with the M flag.
+        r.apply_to_head(&mut head).unwrap();
+        assert_ne!(head.route_flags & route_flags::MISROUTE, 0);
+        let run = r.legs[0].prefix[0];
+        assert_eq!(head.runs[0][0], pack_run(run.dir.0, run.hops));
+        assert_eq!(head.pending_run(), Some((0, run.dir.0)));
     }
 
     #[test]
