@@ -377,6 +377,9 @@ impl IntermediateSetup {
             "misroute_hops": sum(switches, &|r| r["misroute_hops"].as_u64().unwrap_or(0)),
             "packets_unrouted": sum(hosts, &i("packets_unrouted")),
             "switch_drops": drops,
+            // Items (flits, credits) that reached a port the controller had
+            // disabled, or were still propagating on it: lost with the link.
+            "lost_at_disabled_ports": sum(switches, &|r| r["rx_dropped_down"].as_u64().unwrap_or(0)),
             "drops_at_switchover": self.drops_at_switchover,
             "drops_after_switchover": self.drops_at_switchover.map(|d| drops.saturating_sub(d)),
         })
