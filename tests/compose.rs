@@ -218,7 +218,7 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
         .args(["--duration", "15s", "--load", "0.2"])
         .args(["--kill-link", "s0-0:4", "--kill-at", "1s"])
         .args(["--events", &format!("0.0.0.0:{events_port}")])
-        .args(["--ready-timeout", "60s", "--json"])
+        .args(["--ready-timeout", "60s", "--json", "--shutdown"])
         .arg("--run-dir")
         .arg(&run_dir)
         .stdout(Stdio::piped())
@@ -295,6 +295,28 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
     assert!(
         lost <= drops + stranded,
         "{lost} of {sent} messages lost, only {drops} flits dropped and {stranded} stranded at most"
+    );
+
+    // `run --shutdown` stopped every daemon: no node container still runs.
+    let label = format!("label=com.docker.compose.project={}", project.name);
+    let running = || {
+        ok(Command::new("docker").args([
+            "ps",
+            "-q",
+            "--filter",
+            &label,
+            "--filter",
+            "status=running",
+        ]))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !running().trim().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        running().trim(),
+        "",
+        "containers still running after run --shutdown"
     );
 
     // `down` leaves nothing of the project.

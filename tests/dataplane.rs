@@ -116,6 +116,48 @@ fn hypercube_4_uniform_vct_1vc_long_messages() {
 }
 
 #[test]
+fn a_long_run_shows_progress_once_a_second() {
+    let t = topology("kary-4-2.yaml");
+    let out = flitctl(&[
+        "up",
+        t.to_str().unwrap(),
+        "--duration",
+        "3s",
+        "--progress",
+        "always",
+        "--json",
+    ])
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" msgs, delivered "))
+        .collect();
+    // One line a second over 3 s; a loaded machine may stretch a report
+    // request past a tick, so at least two.
+    assert!(lines.len() >= 2, "progress lines: {lines:?}\n{err}");
+    let delivered: Vec<u64> = lines
+        .iter()
+        .map(|l| {
+            l.split("delivered ")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(delivered.windows(2).all(|w| w[0] <= w[1]), "{lines:?}");
+    assert!(*delivered.last().unwrap() > 0, "{lines:?}");
+    // The JSON report on stdout is not disturbed by the progress lines.
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["totals"]["messages_delivered"].as_u64().unwrap() >= *delivered.last().unwrap());
+}
+
+#[test]
 fn torus_needs_two_vcs_and_says_so() {
     let t = topology("torus-3x3x3.yaml");
     let out = flitctl(&["up", t.to_str().unwrap(), "--vcs", "1", "--duration", "1s"]).unwrap();

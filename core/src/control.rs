@@ -433,6 +433,18 @@ pub enum Request {
         #[serde(default)]
         label: Vec<u32>,
     },
+    /// Seed 004 (hosts only): the faults of a mesh/torus fabric whose
+    /// switches run [`VcPolicy::Legs`] with `legs` escape virtual networks.
+    /// The host plans, per destination, a route avoiding every fault with
+    /// `mechanism` (a Table 2 label: `I`, `I×2`, `I+D`, `Ix2+D`, …) and
+    /// puts it in the heads of the packets it builds from then on. An
+    /// empty fault set goes back to direct routes.
+    SetIntermediateRoutes {
+        topology: Box<crate::topology::Topology>,
+        faults: crate::topology::FaultSet,
+        mechanism: String,
+        legs: u8,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

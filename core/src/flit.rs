@@ -40,17 +40,55 @@ pub mod flags {
     pub const RETRANSMISSION: u8 = 1 << 3;
 }
 
-/// Per-packet routing flags carried in the head (seed 004).
+/// Per-packet routing flags carried in the head (seed 004 §3.5, §3.10).
+///
+/// Bits 0–3 are seed 004's per-sub-header **D** bits: bit `i` set means leg
+/// `i` is routed by the deterministic (escape) function only. A packet
+/// without intermediate nodes has one leg, so bit 0 alone is "this packet is
+/// deterministic". Bit 4 is **M** (misrouting): the head carries forced
+/// direction runs per leg ([`super::Head::runs`]).
 pub mod route_flags {
-    /// Do not route adaptively: use the deterministic (escape) port only.
-    pub const DETERMINISTIC: u8 = 1 << 0;
-    /// Misroute on purpose at the next hop (seed 004's M mechanism).
-    pub const MISROUTE: u8 = 1 << 1;
+    /// D on every leg (the whole packet is deterministic).
+    pub const DETERMINISTIC: u8 = 0x0F;
+    /// Seed 004's M: the head carries misroute runs ([`super::Head::runs`]).
+    pub const MISROUTE: u8 = 1 << 4;
+
+    /// The D bit of leg `leg` (0..=3, one more than
+    /// [`super::MAX_INTERMEDIATES`]).
+    pub const fn deterministic_leg(leg: u8) -> u8 {
+        if leg < 4 {
+            1 << leg
+        } else {
+            0
+        }
+    }
+
+    /// Whether leg `leg` of a head with these flags is deterministic.
+    pub const fn is_deterministic(flags: u8, leg: u8) -> bool {
+        flags & deterministic_leg(leg) != 0
+    }
 }
 
 /// Maximum number of intermediate destinations a head can carry (seed 004
 /// evaluates up to three: I×3).
 pub const MAX_INTERMEDIATES: usize = 3;
+
+/// Legs a head can describe: one more than its intermediates.
+pub const MAX_LEGS: usize = MAX_INTERMEDIATES + 1;
+
+/// Forced direction runs per leg (seed 004 §3.6: three (direction, hops)
+/// slots per sub-header).
+pub const MAX_RUNS: usize = 3;
+
+/// Longest forced run, in hops (a 3-bit field storing 1..=8, §3.6).
+pub const MAX_RUN_HOPS: u8 = 8;
+
+/// One packed misroute run: `dir << 4 | hops_left`, with `dir` the direction
+/// index (`d` = +d, `ndims + d` = −d: X+ Y+ Z+ X− Y− Z− in 3-D) and
+/// `hops_left` 0..=8 (0 = spent or unused).
+pub const fn pack_run(dir: u8, hops: u8) -> u8 {
+    dir << 4 | (hops & 0x0F)
+}
 
 /// Routing information carried only by head flits.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -80,6 +118,34 @@ pub struct Head {
     /// variants): [`crate::recovery::dlr::PortField::to_wire`]; 0 = not being
     /// rerouted, which is what hosts inject.
     pub dlr_port_field: u8,
+    /// Seed 004 M (only meaningful with [`route_flags::MISROUTE`]): per leg,
+    /// up to three forced direction runs taken at the start of the leg,
+    /// packed by [`pack_run`]. Switches decrement `hops_left` as the head
+    /// takes each forced hop (§3.10: the header is rewritten per hop).
+    pub runs: [[u8; MAX_RUNS]; MAX_LEGS],
+}
+
+impl Head {
+    /// The forced run the head is in on its current leg: (slot, direction),
+    /// or `None` when the leg has no forced hop left (or no M).
+    pub fn pending_run(&self) -> Option<(usize, u8)> {
+        if self.route_flags & route_flags::MISROUTE == 0 {
+            return None;
+        }
+        let runs = self.runs.get(self.leg as usize)?;
+        runs.iter()
+            .enumerate()
+            .find(|(_, &r)| r & 0x0F != 0)
+            .map(|(slot, &r)| (slot, r >> 4))
+    }
+
+    /// Takes one hop of the current forced run.
+    pub fn spend_run_hop(&mut self) {
+        if let Some((slot, _)) = self.pending_run() {
+            let r = &mut self.runs[self.leg as usize][slot];
+            *r -= 1;
+        }
+    }
 }
 
 /// One flit.

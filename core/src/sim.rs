@@ -641,6 +641,177 @@ mod tests {
             .collect()
     }
 
+    /// Seed 004 in the data plane: all-to-all on `topo` with the link from
+    /// router 0 in +X dead (both ends down) and every host routing with
+    /// `mech` around it; `vcs` VCs per link. Returns the fabric after
+    /// quiescence, having checked exactly-once delivery and zero drops.
+    fn all_to_all_around_a_dead_link(
+        topo: Topology,
+        mech: crate::analysis::intermediate::Mechanisms,
+        vcs: u8,
+    ) -> Fabric<Switch> {
+        use crate::host::intermediate::IntermediateRoutes;
+        use crate::routing::adaptive::{leg_tables_ordered, EscapeOrder};
+        use crate::topology::generators::direct_port;
+        let legs = mech.max_intermediates + 1;
+        let order = if mech.misroute {
+            EscapeOrder::DirectionOrder
+        } else {
+            EscapeOrder::Dor
+        };
+        let tables = leg_tables_ordered(&topo, legs, order).unwrap();
+        assert!(tables.vcs <= vcs + 1);
+        let rounds = 2;
+        let mut host = host_template(TrafficPattern::AllToAll { rounds }, vcs, 5);
+        host.link.buffer_depth = 8;
+        let cfg = SimConfig {
+            host,
+            switching: Switching::Wormhole,
+            wire_ns: 1_000,
+        };
+        let dead = PortRef::switch(0, direct_port(0, true));
+        let l = topo.link_at(dead).unwrap();
+        let other = topo.links[l as usize].other(dead).unwrap();
+        let faults = FaultSet::with_links([l]);
+        let mut f = build_fabric(topo.clone(), &tables, &cfg).unwrap();
+        for end in [dead, other] {
+            let NodeRef::Switch(s) = end.node else {
+                panic!()
+            };
+            f.switches[s as usize]
+                .set_port_admin(end.port, false)
+                .unwrap();
+        }
+        for h in 0..topo.num_hosts() as u32 {
+            let r = IntermediateRoutes::plan(&topo, &faults, h, &mech, legs).unwrap();
+            assert_eq!(r.summary().not_tolerated, 0, "{mech} tolerates one fault");
+            f.hosts[h as usize].set_intermediate_routes(Some(r));
+        }
+        f.start(0);
+        assert!(
+            f.run_to_quiescence(50_000, 200_000, 2_000_000_000),
+            "did not finish"
+        );
+        let expected = rounds as u64 * (topo.num_hosts() as u64 - 1);
+        for h in &f.hosts {
+            let r = h.report();
+            assert_eq!(r.sink.delivered_messages, expected, "host {}", r.host);
+            assert_eq!(r.sink.duplicate_messages + r.sink.misdelivered_packets, 0);
+        }
+        for s in &f.switches {
+            assert_eq!(s.counters().drops.total(), 0, "{:?}", s.counters().drops);
+        }
+        f
+    }
+
+    #[test]
+    fn intermediate_nodes_route_all_to_all_around_a_dead_torus_link() {
+        use crate::analysis::intermediate::Mechanisms;
+        // 2 legs × dateline pair + 1 adaptive VC.
+        let f = all_to_all_around_a_dead_link(
+            mesh_or_torus(&[3, 3], true).unwrap(),
+            Mechanisms::i(),
+            5,
+        );
+        let via: u64 = f
+            .hosts
+            .iter()
+            .map(|h| h.intermediate_stats().packets_via_intermediate)
+            .sum();
+        let pops: u64 = f
+            .switches
+            .iter()
+            .map(|s| s.counters().intermediate_pops)
+            .sum();
+        assert!(via > 0);
+        // Every packet with one intermediate is popped exactly once, and
+        // never ejected there (no host saw a packet for someone else).
+        assert_eq!(pops, via);
+    }
+
+    #[test]
+    fn without_adaptive_vcs_the_second_leg_travels_on_its_own_escape_vcs() {
+        use crate::analysis::intermediate::Mechanisms;
+        // 4 VCs = 2 legs × dateline pair, no adaptive VC: every flit is on
+        // its leg's escape set, so leg 1's VCs (2, 3) carry exactly the
+        // second legs.
+        let f = all_to_all_around_a_dead_link(
+            mesh_or_torus(&[3, 3], true).unwrap(),
+            Mechanisms::i(),
+            4,
+        );
+        let on = |vcs: std::ops::Range<usize>| -> u64 {
+            f.switches
+                .iter()
+                .flat_map(|s| s.counters().ports.iter())
+                .flat_map(|p| p.vcs[vcs.clone()].iter())
+                .map(|v| v.tx_flits)
+                .sum()
+        };
+        assert!(on(2..4) > 0, "no flit on leg 1's escape VCs");
+        assert!(on(0..2) > on(2..4));
+    }
+
+    #[test]
+    fn misroute_runs_are_taken_hop_by_hop_and_then_the_leg_ends() {
+        use crate::analysis::intermediate::Mechanisms;
+        // M alone (one leg, direction-order escape), then I+M and I+D+M.
+        for (mech, vcs) in [
+            (Mechanisms::m(), 3),
+            (Mechanisms::i_m(), 5),
+            (Mechanisms::i_d_m(), 5),
+        ] {
+            let f = all_to_all_around_a_dead_link(mesh_or_torus(&[3, 3], true).unwrap(), mech, vcs);
+            let misrouted: u64 = f
+                .hosts
+                .iter()
+                .map(|h| h.intermediate_stats().packets_misrouted)
+                .sum();
+            let hops: u64 = f.switches.iter().map(|s| s.counters().misroute_hops).sum();
+            if mech == Mechanisms::m() {
+                assert!(misrouted > 0, "{mech}: no packet was misrouted");
+            }
+            // Every forced hop of every misrouted packet was taken.
+            assert!(
+                hops >= misrouted,
+                "{mech}: {hops} forced hops, {misrouted} packets"
+            );
+        }
+    }
+
+    #[test]
+    fn two_intermediates_and_d_bits_go_around_a_blocked_mesh_row() {
+        use crate::analysis::intermediate::Mechanisms;
+        // Mesh: some pairs need two INs (I×2) or a deterministic leg (I+D).
+        let f = all_to_all_around_a_dead_link(
+            mesh_or_torus(&[3, 3], false).unwrap(),
+            Mechanisms::i_x(2),
+            4,
+        );
+        let pops: u64 = f
+            .switches
+            .iter()
+            .map(|s| s.counters().intermediate_pops)
+            .sum();
+        let via: u64 = f
+            .hosts
+            .iter()
+            .map(|h| h.intermediate_stats().packets_via_intermediate)
+            .sum();
+        assert!(pops > via, "some packets crossed two intermediates");
+        let f = all_to_all_around_a_dead_link(
+            mesh_or_torus(&[3, 3], false).unwrap(),
+            Mechanisms::i_d(),
+            3,
+        );
+        let det: u64 = f
+            .hosts
+            .iter()
+            .map(|h| h.intermediate_stats().packets_deterministic)
+            .sum();
+        assert!(det > 0, "I+D used its D bits");
+    }
+
     #[test]
     fn all_to_all_on_a_4_ary_2_tree_is_exactly_once_and_in_order() {
         all_to_all(kary_ntree(4, 2).unwrap(), 3, 1);

@@ -11,7 +11,9 @@
 //! Decoding never panics: every read is bounds-checked and every malformed
 //! input maps to a [`WireError`] that says where it went wrong.
 
-use crate::flit::{Flit, FlitKind, Head, MAX_INTERMEDIATES};
+use crate::flit::{
+    route_flags, Flit, FlitKind, Head, MAX_INTERMEDIATES, MAX_LEGS, MAX_RUNS, MAX_RUN_HOPS,
+};
 use bytes::Bytes;
 
 /// Magic (high nibble `0xF`) and version (low nibble `1`) in the first byte.
@@ -29,8 +31,8 @@ pub const CREDIT_ITEM_LEN: usize = 3;
 pub const KEEPALIVE_ITEM_LEN: usize = 1;
 /// Most bytes a flit item takes beyond its payload: tag, flags, msg (10),
 /// packet (5), seq (5), a head with three intermediates and the DLR port
-/// field (44) and the payload length (3).
-pub const MAX_FLIT_OVERHEAD: usize = 2 + 10 + 5 + 5 + 44 + 3;
+/// field (44), misroute runs for four legs (12) and the payload length (3).
+pub const MAX_FLIT_OVERHEAD: usize = 2 + 10 + 5 + 5 + 44 + 12 + 3;
 /// Default datagram size limit (fits a 1500-byte Ethernet MTU with IP/UDP).
 pub const DEFAULT_MTU: usize = 1400;
 
@@ -129,6 +131,8 @@ pub enum WireError {
         leg: u8,
         n: u8,
     },
+    #[error("item {index} at offset {offset}: bad misroute run byte {byte:#04x} (direction 0..=5, at most 8 hops)")]
+    BadMisrouteRun { index: u16, offset: usize, byte: u8 },
     #[error("item {index} at offset {offset}: continuation flit on vc {vc} with no previous flit on that vc")]
     OrphanContinuation { index: u16, offset: usize, vc: u8 },
     #[error("{trailing} trailing bytes after the {count} items the header announced")]
@@ -182,10 +186,19 @@ fn head_len(h: &Head) -> usize {
             .map(|&i| varint_len(i as u64))
             .sum::<usize>()
         + 1
+        + run_bytes(h)
         + varint_len(h.msg_flits as u64)
         + varint_len(h.submsg as u64)
         + 8
         + 1
+}
+
+/// Misroute runs on the wire: with M, three bytes per leg.
+fn run_bytes(h: &Head) -> usize {
+    if h.route_flags & route_flags::MISROUTE == 0 {
+        return 0;
+    }
+    (h.n_intermediates.min(MAX_INTERMEDIATES as u8) as usize + 1) * MAX_RUNS
 }
 
 fn encoded_flit_len(last: &ContState, f: &Flit) -> usize {
@@ -288,6 +301,11 @@ impl<'a> FrameWriter<'a> {
                     put_varint(out, i as u64);
                 }
                 out.push(h.route_flags);
+                if h.route_flags & route_flags::MISROUTE != 0 {
+                    for leg in &h.runs[..=n as usize] {
+                        out.extend_from_slice(leg);
+                    }
+                }
                 put_varint(out, h.msg_flits as u64);
                 put_varint(out, h.submsg as u64);
                 out.extend_from_slice(&h.born_ns.to_le_bytes());
@@ -487,13 +505,31 @@ impl<'a> Reader<'a> {
         for slot in intermediates.iter_mut().take(n as usize) {
             *slot = self.varint("intermediate", u32::MAX as u64)? as u32;
         }
+        let rflags = self.u8("route flags")?;
+        let mut runs = [[0u8; MAX_RUNS]; MAX_LEGS];
+        if rflags & route_flags::MISROUTE != 0 {
+            for leg in runs.iter_mut().take(n as usize + 1) {
+                for slot in leg.iter_mut() {
+                    let byte = self.u8("misroute run")?;
+                    if byte >> 4 > 5 || byte & 0x0F > MAX_RUN_HOPS {
+                        return Err(WireError::BadMisrouteRun {
+                            index: self.index,
+                            offset: self.item_start,
+                            byte,
+                        });
+                    }
+                    *slot = byte;
+                }
+            }
+        }
         Ok(Head {
             dst,
             src,
             intermediates,
             n_intermediates: n,
             leg,
-            route_flags: self.u8("route flags")?,
+            route_flags: rflags,
+            runs,
             msg_flits: self.varint("msg_flits", u32::MAX as u64)? as u32,
             submsg: self.varint("submsg", u16::MAX as u64)? as u16,
             born_ns: self.u64_fixed("born_ns")?,
@@ -684,6 +720,7 @@ mod tests {
                 submsg: 0,
                 born_ns: 1_700_000_000_000,
                 dlr_port_field: 3,
+                runs: Default::default(),
             }),
             payload: Bytes::copy_from_slice(payload),
         }
@@ -762,6 +799,35 @@ mod tests {
     }
 
     #[test]
+    fn misroute_runs_round_trip_and_bad_runs_are_refused() {
+        let encoded = |f: &Flit| {
+            let mut buf = Vec::new();
+            let mut w = FrameWriter::new(&mut buf, Header::default());
+            w.push_flit(f);
+            w.finish();
+            buf
+        };
+        let mut f = head_flit(0, b"x");
+        let h = f.head.as_mut().unwrap();
+        h.route_flags = route_flags::MISROUTE | route_flags::deterministic_leg(1);
+        h.runs[0] = [crate::flit::pack_run(3, 2), crate::flit::pack_run(4, 8), 0];
+        h.runs[1] = [crate::flit::pack_run(1, 1), 0, 0];
+        let bytes = encoded(&f);
+        let d = decode(&bytes).unwrap();
+        assert_eq!(d.items, vec![Item::Flit(f.clone())]);
+        // Without M the runs are not on the wire: 2 legs × 3 bytes fewer.
+        let mut plain = f.clone();
+        plain.head.as_mut().unwrap().route_flags = 0;
+        assert_eq!(encoded(&plain).len() + 6, bytes.len());
+        // Direction 6 does not exist.
+        f.head.as_mut().unwrap().runs[0][0] = crate::flit::pack_run(6, 1);
+        assert!(matches!(
+            decode(&encoded(&f)),
+            Err(WireError::BadMisrouteRun { byte: 0x61, .. })
+        ));
+    }
+
+    #[test]
     fn max_flit_overhead_bounds_every_flit() {
         let f = Flit {
             kind: FlitKind::HeadTail,
@@ -781,6 +847,7 @@ mod tests {
                 submsg: u16::MAX,
                 born_ns: u64::MAX,
                 dlr_port_field: u8::MAX,
+                runs: Default::default(),
             }),
             payload: Bytes::from(vec![0; 20_000]),
         };
@@ -909,6 +976,7 @@ mod tests {
                             submsg: sm,
                             born_ns: born,
                             dlr_port_field: rf.rotate_left(3),
+                            runs: Default::default(),
                         }),
                         payload: Bytes::from(p),
                     }

@@ -224,6 +224,8 @@ struct Controller<'a> {
     applied: Vec<Applied>,
     /// Actions that could not be carried out, with why.
     failed_actions: Vec<String>,
+    /// Seed 004 intermediate nodes, when the mechanism is one of them.
+    intermediate: Option<crate::up::IntermediateSetup>,
 }
 
 fn link_name(topo: &Topology, l: LinkId) -> String {
@@ -276,7 +278,7 @@ impl Controller<'_> {
                 Some("port-up") => self.down_ends.remove(&end),
                 _ => false,
             };
-            if changed && self.mechanism == Mechanism::Reroute {
+            if changed && self.mechanism.acts_on_faults() {
                 let first = self.dirty.map_or(now, |d| d.0);
                 self.dirty = Some((first, now));
             }
@@ -285,7 +287,7 @@ impl Controller<'_> {
 
     /// When a recomputation is due, if one is pending.
     fn reroute_due(&self) -> Option<Instant> {
-        if self.mechanism != Mechanism::Reroute {
+        if !self.mechanism.acts_on_faults() {
             return None;
         }
         self.dirty
@@ -329,6 +331,25 @@ impl Controller<'_> {
         }
         let faults = FaultSet::with_links(faulty.iter().copied());
         let started = Instant::now();
+        if let Some(setup) = &self.intermediate {
+            // Seed 004: the switches keep their tables; the sources route
+            // around the faults.
+            match setup.push_faults(&self.fabric, self.topo, &faults, &self.events) {
+                Ok(_) => {
+                    self.routed_around = faulty;
+                    self.reroutes += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "pushing faults to hosts failed");
+                    self.events.record(serde_json::json!({
+                        "event": "reroute-failed",
+                        "failed_links": faulty.iter().collect::<Vec<_>>(),
+                        "error": format!("{e:#}"),
+                    }));
+                }
+            }
+            return;
+        }
         // Without faults, the scenario's own engine; with faults, one that
         // avoids them (dmodc on fat-trees, up*/down* otherwise).
         let engine = if faulty.is_empty() {
@@ -663,13 +684,21 @@ pub fn run_scenario(
 ) -> Result<ChaosReport> {
     let f = &scenario.file;
     let params = f.fabric.params();
+    let intermediate = match f.mechanism.intermediate() {
+        Some(m) => Some(crate::up::IntermediateSetup::new(
+            &scenario.topo,
+            m,
+            params.vcs,
+        )?),
+        None => None,
+    };
     let opts = SessionOptions {
         params: params.clone(),
         engine: f.engine.clone(),
         seed: f.seed,
         metrics,
         run_dir,
-        tables: None,
+        tables: intermediate.as_ref().map(|i| i.tables.clone()),
         netns: None,
     };
     let traffic = TrafficArgs {
@@ -717,6 +746,7 @@ pub fn run_scenario(
         reroutes: 0,
         applied: Vec::new(),
         failed_actions: Vec::new(),
+        intermediate,
     };
     ctl.fabric.start_traffic(&spec)?;
     let start = Instant::now();

@@ -12,6 +12,7 @@ pub mod fabric;
 pub mod ibsim;
 pub mod netns;
 pub mod plot;
+pub mod progress;
 pub mod report;
 pub mod reproduce;
 pub mod route;

@@ -296,14 +296,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         bring_up,
     );
     if args.shutdown {
-        // One by one: a daemon may exit before its answer is read, which
-        // must not keep the others running.
-        for i in 0..fabric.daemons.len() {
-            if !fabric.daemons[i].dead {
-                if let Ok(mut c) = fabric.client(i) {
-                    let _ = c.call(flitnet_core::control::Request::Shutdown);
-                }
-            }
+        let still = shut_down_remote(&fabric, Duration::from_secs(5));
+        if !still.is_empty() {
+            tracing::warn!(
+                "still answering after shutdown requests: {}",
+                still.join(", ")
+            );
         }
     }
     if args.json {
@@ -312,6 +310,33 @@ pub fn run(args: RunArgs) -> Result<()> {
         print!("{run}");
     }
     Ok(())
+}
+
+/// Asks every live daemon of a fabric we did not start (containers) to exit,
+/// one by one, and asks again until it stops answering or `patience` runs
+/// out: a daemon busy under load may miss the first request, and one that
+/// exits before its answer is read must not keep the others running.
+/// Returns the names of the daemons that still answer.
+fn shut_down_remote(fabric: &Fabric, patience: Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + patience;
+    let mut left: Vec<usize> = (0..fabric.daemons.len())
+        .filter(|&i| !fabric.daemons[i].dead)
+        .collect();
+    while !left.is_empty() {
+        for &i in &left {
+            if let Ok(mut c) = fabric.client(i) {
+                let _ = c.call(flitnet_core::control::Request::Shutdown);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        left.retain(|&i| fabric.answers(i));
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    left.iter()
+        .map(|&i| fabric.daemons[i].name.clone())
+        .collect()
 }
 
 /// What the controller knows and does during the run.

@@ -66,6 +66,32 @@ pub enum Mechanism {
     Sbrp2,
     /// Dynamic local rerouting in the switches (spec 002): planned.
     Dlr,
+    /// Seed 004 intermediate nodes (meshes and tori): on every detected
+    /// fault the controller pushes the fault set to the hosts, which route
+    /// affected pairs through intermediate nodes; switches keep their tables
+    /// (docs/recovery.md). `i` = I, `ix2` = I×2, `ix3` = I×3, `i-d` = I+D,
+    /// `ix2-d` = I×2+D, `d` = D, `m` = M, `d-m` = D+M, `i-m` = I+M,
+    /// `i-d-m` = I+D+M.
+    #[serde(rename = "i")]
+    I,
+    #[serde(rename = "ix2")]
+    Ix2,
+    #[serde(rename = "ix3")]
+    Ix3,
+    #[serde(rename = "i-d")]
+    ID,
+    #[serde(rename = "ix2-d")]
+    Ix2D,
+    #[serde(rename = "d")]
+    D,
+    #[serde(rename = "m")]
+    M,
+    #[serde(rename = "d-m")]
+    DM,
+    #[serde(rename = "i-m")]
+    IM,
+    #[serde(rename = "i-d-m")]
+    IDM,
 }
 
 impl Mechanism {
@@ -77,7 +103,41 @@ impl Mechanism {
             Mechanism::Sbrp1 => "sbrp1",
             Mechanism::Sbrp2 => "sbrp2",
             Mechanism::Dlr => "dlr",
+            Mechanism::I => "i",
+            Mechanism::Ix2 => "ix2",
+            Mechanism::Ix3 => "ix3",
+            Mechanism::ID => "i-d",
+            Mechanism::Ix2D => "ix2-d",
+            Mechanism::D => "d",
+            Mechanism::M => "m",
+            Mechanism::DM => "d-m",
+            Mechanism::IM => "i-m",
+            Mechanism::IDM => "i-d-m",
         }
+    }
+
+    /// The seed 004 mechanism set of the intermediate-node variants.
+    pub fn intermediate(self) -> Option<flitnet_core::analysis::intermediate::Mechanisms> {
+        use flitnet_core::analysis::intermediate::Mechanisms as M;
+        Some(match self {
+            Mechanism::I => M::i(),
+            Mechanism::Ix2 => M::i_x(2),
+            Mechanism::Ix3 => M::i_x(3),
+            Mechanism::ID => M::i_d(),
+            Mechanism::Ix2D => M::i_x2_d(),
+            Mechanism::D => M::d(),
+            Mechanism::M => M::m(),
+            Mechanism::DM => M::d_m(),
+            Mechanism::IM => M::i_m(),
+            Mechanism::IDM => M::i_d_m(),
+            _ => return None,
+        })
+    }
+
+    /// Whether the controller acts on detected faults (re-routes the
+    /// switches, or pushes the fault set to the hosts).
+    pub fn acts_on_faults(self) -> bool {
+        self == Mechanism::Reroute || self.intermediate().is_some()
     }
 
     /// Whether the mechanism promises every message delivered exactly once.
@@ -384,9 +444,12 @@ impl Scenario {
             Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
             None => format!("{}: timeline[{i}]", path.display()),
         };
-        if !matches!(file.mechanism, Mechanism::Reroute | Mechanism::None) {
+        if !matches!(file.mechanism, Mechanism::Reroute | Mechanism::None)
+            && file.mechanism.intermediate().is_none()
+        {
             bail!(
-                "{}: mechanism `{}` is not available in chaos runs yet (use reroute or none)",
+                "{}: mechanism `{}` is not available in chaos runs yet (use reroute, none, \
+                 or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, d, m, d-m, i-m, i-d-m)",
                 path.display(),
                 file.mechanism.name()
             );

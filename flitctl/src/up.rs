@@ -4,12 +4,15 @@
 //! everything.
 
 use crate::fabric::Fabric;
+use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchingMode};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
+use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
 use std::path::PathBuf;
@@ -177,6 +180,12 @@ pub struct UpArgs {
     /// link and switch faults (3 VCs); `dlr-link` = link faults only (2 VCs);
     /// `dlr-adaptive` = adaptive, link and switch faults (1 VC);
     /// `dlr-adaptive-link`; `none` = drop packets for dead ports.
+    /// Meshes and tori: seed 004's intermediate nodes, chosen by the hosts
+    /// from the fault set the controller pushes them (`i`, `ix2`, `ix3`,
+    /// `i-d`, `ix2-d`, `d`, `m`, `d-m`, `i-m`, `i-d-m`; docs/recovery.md):
+    /// the switches run adaptive
+    /// routing with one escape VC set per leg, so the run needs
+    /// `--vcs` = legs × escape VCs per leg (2 on tori, 1 on meshes) + 1.
     #[arg(long, value_enum, default_value_t = Mechanism::None)]
     pub mechanism: Mechanism,
     /// Seed for traffic and random choices.
@@ -195,6 +204,10 @@ pub struct UpArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Progress lines on stderr once a second during the traffic phase:
+    /// auto = when stderr is a terminal.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    pub progress: ProgressMode,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,18 +223,67 @@ pub enum Mechanism {
     DlrLink,
     DlrAdaptive,
     DlrAdaptiveLink,
+    /// Seed 004 I: one intermediate node, adaptive legs.
+    #[value(name = "i")]
+    I,
+    /// Seed 004 I×2: up to two intermediate nodes.
+    #[value(name = "ix2")]
+    Ix2,
+    /// Seed 004 I×3: up to three intermediate nodes.
+    #[value(name = "ix3")]
+    Ix3,
+    /// Seed 004 I+D: one intermediate node, D (DOR only) on any leg.
+    #[value(name = "i-d")]
+    ID,
+    /// Seed 004 I×2+D.
+    #[value(name = "ix2-d")]
+    Ix2D,
+    /// Seed 004 D: adaptive routing disabled per packet, no intermediates.
+    #[value(name = "d")]
+    D,
+    /// Seed 004 M: forced misroute runs at the start of the path.
+    #[value(name = "m")]
+    M,
+    /// Seed 004 D+M.
+    #[value(name = "d-m")]
+    DM,
+    /// Seed 004 I+M.
+    #[value(name = "i-m")]
+    IM,
+    /// Seed 004 I+D+M.
+    #[value(name = "i-d-m")]
+    IDM,
 }
 
 impl Mechanism {
+    /// The seed 004 mechanism set, for the intermediate-node variants.
+    pub fn intermediate(self) -> Option<Mechanisms> {
+        Some(match self {
+            Mechanism::I => Mechanisms::i(),
+            Mechanism::Ix2 => Mechanisms::i_x(2),
+            Mechanism::Ix3 => Mechanisms::i_x(3),
+            Mechanism::ID => Mechanisms::i_d(),
+            Mechanism::Ix2D => Mechanisms::i_x2_d(),
+            Mechanism::D => Mechanisms::d(),
+            Mechanism::M => Mechanisms::m(),
+            Mechanism::DM => Mechanisms::d_m(),
+            Mechanism::IM => Mechanisms::i_m(),
+            Mechanism::IDM => Mechanisms::i_d_m(),
+            _ => return None,
+        })
+    }
+
     /// The dynamic local rerouting configuration for `topo`, if any.
     pub fn dlr(self, topo: &Topology) -> Result<Option<DlrConfig>> {
         use flitnet_core::topology::Family;
         let (variant, faults) = match self {
+            m if m.intermediate().is_some() => return Ok(None),
             Mechanism::None => return Ok(None),
             Mechanism::Dlr => (DlrVariant::Deterministic, DlrFaults::Switch),
             Mechanism::DlrLink => (DlrVariant::Deterministic, DlrFaults::Link),
             Mechanism::DlrAdaptive => (DlrVariant::Adaptive, DlrFaults::Switch),
             Mechanism::DlrAdaptiveLink => (DlrVariant::Adaptive, DlrFaults::Link),
+            _ => unreachable!("intermediate-node variants returned above"),
         };
         let Family::KaryNTree { k, n } = topo.family else {
             bail!(
@@ -254,6 +316,144 @@ fn configure_reroute(fabric: &Fabric, topo: &Topology, cfg: DlrConfig) -> Result
         },
     )?;
     Ok(())
+}
+
+/// Time after pushing intermediate-node routes before drops are counted
+/// as "after the switchover": packets whose heads left before the push
+/// either meet the fault or land well within it.
+const SWITCHOVER_SETTLE: Duration = Duration::from_millis(500);
+
+/// A run with seed 004's intermediate nodes: the leg tables it installs and
+/// what it measured at the switchover.
+pub struct IntermediateSetup {
+    pub mechanisms: Mechanisms,
+    pub legs: u8,
+    pub tables: RoutingTables,
+    /// Switch drops (all reasons) when hosts had switched and old packets
+    /// had settled.
+    pub drops_at_switchover: Option<u64>,
+}
+
+impl IntermediateSetup {
+    /// Leg tables for `topo` (a mesh or torus), refusing a fabric with
+    /// fewer VCs than the mechanism's escape networks need.
+    pub fn new(topo: &Topology, mechanisms: Mechanisms, vcs: u8) -> Result<Self> {
+        let legs = mechanisms.max_intermediates + 1;
+        // M's forced runs need the direction-order escape (seed 004 §3.6).
+        let order = if mechanisms.misroute {
+            EscapeOrder::DirectionOrder
+        } else {
+            EscapeOrder::Dor
+        };
+        let tables = leg_tables_ordered(topo, legs, order).with_context(|| {
+            format!("--mechanism {mechanisms}: intermediate nodes need a mesh or torus")
+        })?;
+        if tables.vcs > vcs {
+            bail!(
+                "--mechanism {mechanisms} needs {} virtual channels on `{}` ({legs} legs × {} \
+                 escape VCs + 1 adaptive); run with --vcs {}",
+                tables.vcs,
+                topo.name,
+                escape_vcs_per_leg(topo)?,
+                tables.vcs
+            );
+        }
+        Ok(IntermediateSetup {
+            mechanisms,
+            legs,
+            tables,
+            drops_at_switchover: None,
+        })
+    }
+
+    /// Pushes the fault set to every host (seed 004 §3.2: the route table
+    /// lives at the source); returns the event-log record.
+    pub fn push_faults(
+        &self,
+        fabric: &Fabric,
+        topo: &Topology,
+        faults: &FaultSet,
+        events: &crate::events::EventLog,
+    ) -> Result<crate::events::Record> {
+        let answers = fabric
+            .broadcast(
+                |n| matches!(n, NodeRef::Host(_)),
+                |_| Request::SetIntermediateRoutes {
+                    topology: Box::new(topo.clone()),
+                    faults: faults.clone(),
+                    mechanism: self.mechanisms.to_string(),
+                    legs: self.legs,
+                },
+            )
+            .context("pushing the fault set to the hosts")?;
+        let sum = |k: &str| -> u64 {
+            answers
+                .iter()
+                .map(|(_, b)| b[k].as_u64().unwrap_or(0))
+                .sum()
+        };
+        // The same event as a switch re-route (the chaos report times
+        // recovery by it), saying what was installed.
+        Ok(events.record(serde_json::json!({
+            "event": "routes-installed",
+            "engine": "intermediate-nodes",
+            "failed_links": faults.links.iter().collect::<Vec<_>>(),
+            "mechanism": self.mechanisms.to_string(),
+            "faulty_links": faults.links.len(),
+            "routed_pairs": sum("routed"),
+            "not_tolerated_pairs": sum("not_tolerated"),
+            "disconnected_pairs": sum("disconnected"),
+        })))
+    }
+
+    /// The `intermediate` section of the JSON report.
+    pub fn report(
+        &self,
+        switches: &[(NodeRef, serde_json::Value)],
+        hosts: &[(NodeRef, serde_json::Value)],
+    ) -> serde_json::Value {
+        let sum = |rs: &[(NodeRef, serde_json::Value)], f: &dyn Fn(&serde_json::Value) -> u64| {
+            rs.iter().map(|(_, r)| f(r)).sum::<u64>()
+        };
+        let drops = sum(switches, &drops_of);
+        let i = |k: &'static str| {
+            move |r: &serde_json::Value| r["intermediate"][k].as_u64().unwrap_or(0)
+        };
+        serde_json::json!({
+            "mechanism": self.mechanisms.to_string(),
+            "legs": self.legs,
+            "vcs": self.tables.vcs,
+            "intermediate_pops": sum(switches, &|r| r["intermediate_pops"].as_u64().unwrap_or(0)),
+            "packets_via_intermediate": sum(hosts, &i("packets_via_intermediate")),
+            "packets_deterministic": sum(hosts, &i("packets_deterministic")),
+            "packets_misrouted": sum(hosts, &i("packets_misrouted")),
+            "misroute_hops": sum(switches, &|r| r["misroute_hops"].as_u64().unwrap_or(0)),
+            "packets_unrouted": sum(hosts, &i("packets_unrouted")),
+            "switch_drops": drops,
+            // Items (flits, credits) that reached a port the controller had
+            // disabled, or were still propagating on it: lost with the link.
+            "lost_at_disabled_ports": sum(switches, &|r| r["rx_dropped_down"].as_u64().unwrap_or(0)),
+            "drops_at_switchover": self.drops_at_switchover,
+            "drops_after_switchover": self.drops_at_switchover.map(|d| drops.saturating_sub(d)),
+        })
+    }
+}
+
+/// Flits a switch dropped, all reasons, from its report.
+fn drops_of(r: &serde_json::Value) -> u64 {
+    r["drops"]
+        .as_object()
+        .map(|o| o.values().filter_map(|v| v.as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// Every live switch's drops, summed.
+fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
+    Ok(fabric
+        .reports(false)?
+        .iter()
+        .map(|(_, r)| drops_of(r))
+        .sum())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,6 +558,18 @@ pub fn run(args: UpArgs) -> Result<()> {
     if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
         bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
     }
+    let inodes = match args.mechanism.intermediate() {
+        Some(m) => {
+            if args.tables.is_some() {
+                bail!(
+                    "--mechanism {:?} installs its own tables; drop --tables",
+                    args.mechanism
+                );
+            }
+            Some(IntermediateSetup::new(&topo, m, args.fabric.vcs)?)
+        }
+        None => None,
+    };
     let opts = SessionOptions {
         params: args.fabric.params(),
         engine: args.engine.clone(),
@@ -365,12 +577,14 @@ pub fn run(args: UpArgs) -> Result<()> {
         metrics: args.metrics,
         run_dir: args.run_dir.clone(),
         netns: args.fabric.netns()?,
-        tables: match &args.tables {
-            Some(path) => Some(crate::route::load_tables(&topo, path)?),
-            None => None,
+        tables: match (&args.tables, &inodes) {
+            (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
+            (None, Some(i)) => Some(i.tables.clone()),
+            (None, None) => None,
         },
     };
     let dlr = args.mechanism.dlr(&topo)?;
+    let mut inodes = inodes;
     if let Some(c) = dlr {
         if c.vcs_needed() > args.fabric.vcs {
             bail!(
@@ -394,11 +608,12 @@ pub fn run(args: UpArgs) -> Result<()> {
     let spec = traffic_spec(&args.traffic, args.seed);
     fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
+    let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);
     events.record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
     let mut faults = FaultSet::none();
     let mut fault_log = Vec::new();
     if !kill_links.is_empty() || kill_switch.is_some() {
-        std::thread::sleep(args.kill_at.saturating_sub(traffic_start.elapsed()));
+        progress.sleep_until(&fabric, args.kill_at);
         let fault = if !kill_links.is_empty() {
             let mut names = Vec::new();
             for &l in &kill_links {
@@ -435,7 +650,24 @@ pub fn run(args: UpArgs) -> Result<()> {
         };
         let detected = report::wait_detection(&events, &topo, &faults, Duration::from_secs(5));
         let mut installed = None;
-        if args.recovery == Recovery::Reroute {
+        if let (Recovery::Reroute, Some(setup)) = (args.recovery, inodes.as_mut()) {
+            // Seed 004: the switches stay as they are; the sources learn the
+            // faults and route around them through intermediate nodes.
+            let record = setup.push_faults(&fabric, &topo, &faults, &events)?;
+            let since = detected.as_ref().unwrap_or(&fault);
+            crate::ctl_metrics::reroute(Duration::from_nanos(
+                record.time_ns.saturating_sub(since.time_ns),
+            ));
+            installed = Some(record);
+            // Packets whose heads left before the push may still meet the
+            // fault; give them time to, then count drops from here on.
+            let left = args
+                .traffic
+                .duration
+                .saturating_sub(traffic_start.elapsed());
+            std::thread::sleep(SWITCHOVER_SETTLE.min(left / 2));
+            setup.drops_at_switchover = Some(total_switch_drops(&fabric)?);
+        } else if args.recovery == Recovery::Reroute {
             let new_tables = compute_routes(&topo, &args.engine, &faults)?;
             fabric.install_routes(&new_tables)?;
             let record = events.record(
@@ -454,17 +686,17 @@ pub fn run(args: UpArgs) -> Result<()> {
         ));
     }
     // Let the traffic phase finish, then give in-flight messages time to land.
-    std::thread::sleep(
-        args.traffic
-            .duration
-            .saturating_sub(traffic_start.elapsed()),
-    );
+    progress.sleep_until(&fabric, args.traffic.duration);
     let reports = report::drain(&fabric, Duration::from_secs(5))?;
+    let host_reports = reports.clone();
     let switch_reports = fabric.reports(false)?;
     let reroutes: u64 = switch_reports
         .iter()
         .map(|(_, r)| r["reroutes"].as_u64().unwrap_or(0))
         .sum();
+    let inodes_report = inodes
+        .as_ref()
+        .map(|i| i.report(&switch_reports, &host_reports));
     let run = RunReport::build(
         &topo,
         &tables.engine,
@@ -479,11 +711,24 @@ pub fn run(args: UpArgs) -> Result<()> {
         let mut json = serde_json::to_value(&run)?;
         json["mechanism"] = format!("{:?}", args.mechanism).into();
         json["reroutes"] = reroutes.into();
+        if let Some(r) = &inodes_report {
+            json["intermediate"] = r.clone();
+        }
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{run}");
         if dlr.is_some() {
             println!("local reroutes: {reroutes}");
+        }
+        if let Some(r) = &inodes_report {
+            println!(
+                "intermediate nodes ({}): {} packets routed via intermediates, {} leg advances \
+                 in switches, {} drops after the switchover",
+                r["mechanism"].as_str().unwrap_or("?"),
+                r["packets_via_intermediate"],
+                r["intermediate_pops"],
+                r["drops_after_switchover"]
+            );
         }
     }
     Ok(())

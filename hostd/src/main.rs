@@ -4,8 +4,10 @@
 
 use anyhow::Result;
 use clap::Parser;
+use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{DaemonConfig, Request, Response, Role, TrafficSpec};
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
+use flitnet_core::host::intermediate::IntermediateRoutes;
 use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
@@ -155,6 +157,46 @@ impl Node for HostNode {
             Request::InstallTable { .. } | Request::ConfigureReroute { .. } => {
                 Response::error(format!("{}: a host has no forwarding table", self.name))
             }
+            Request::SetIntermediateRoutes {
+                topology,
+                faults,
+                mechanism,
+                legs,
+            } => {
+                let Some(mech) = Mechanisms::parse(&mechanism) else {
+                    return Response::error(format!(
+                        "{}: unknown intermediate-node mechanism `{mechanism}` \
+                         (I, I×2, I×3, I+D, I×2+D, D, M, D+M, I+M, I+D+M)",
+                        self.name
+                    ));
+                };
+                if topology.num_hosts() != self.endpoint.config().hosts as usize {
+                    return Response::error(format!(
+                        "{}: the topology has {} hosts, this fabric {}",
+                        self.name,
+                        topology.num_hosts(),
+                        self.endpoint.config().hosts
+                    ));
+                }
+                let host = self.endpoint.config().host;
+                match IntermediateRoutes::plan(&topology, &faults, host, &mech, legs) {
+                    Ok(routes) => {
+                        let summary = routes.summary().clone();
+                        tracing::info!(
+                            mechanism = %summary.mechanism,
+                            faulty_links = summary.faulty_links,
+                            routed = summary.routed,
+                            not_tolerated = summary.not_tolerated,
+                            "intermediate-node routes installed"
+                        );
+                        self.endpoint.set_intermediate_routes(Some(routes));
+                        Response::Ok {
+                            body: serde_json::to_value(summary).unwrap_or_default(),
+                        }
+                    }
+                    Err(e) => Response::error(format!("{}: {e}", self.name)),
+                }
+            }
             Request::Shutdown => Response::ok(),
         }
     }
@@ -195,6 +237,15 @@ impl Node for HostNode {
             counter!("flitnet_drops_total", "host" => host.clone(), "reason" => reason)
                 .absolute(flits);
         }
+        let i = &r.intermediate;
+        counter!("flitnet_host_intermediate_packets_total", "host" => host.clone())
+            .absolute(i.packets_via_intermediate);
+        counter!("flitnet_host_deterministic_packets_total", "host" => host.clone())
+            .absolute(i.packets_deterministic);
+        counter!("flitnet_host_unrouted_packets_total", "host" => host.clone())
+            .absolute(i.packets_unrouted);
+        counter!("flitnet_host_misrouted_packets_total", "host" => host.clone())
+            .absolute(i.packets_misrouted);
         gauge!("flitnet_emulation_lag_seconds", "host" => host.clone())
             .set(self.lag_ns as f64 / 1e9);
         gauge!("flitnet_port_up", "host" => host).set(if self.endpoint.link().is_peer_alive() {
@@ -233,6 +284,22 @@ fn describe_metrics() {
         (
             "flitnet_drops_total",
             "Flits the receiver discarded, by reason.",
+        ),
+        (
+            "flitnet_host_intermediate_packets_total",
+            "Packets injected with intermediate nodes in the head (seed 004).",
+        ),
+        (
+            "flitnet_host_deterministic_packets_total",
+            "Packets injected with adaptive routing disabled on some leg (seed 004 D).",
+        ),
+        (
+            "flitnet_host_misrouted_packets_total",
+            "Packets injected with forced misroute runs (seed 004 M).",
+        ),
+        (
+            "flitnet_host_unrouted_packets_total",
+            "Packets for destinations no allowed intermediate-node route reaches safely.",
         ),
     ] {
         describe_counter!(name, help);

@@ -116,6 +116,14 @@ impl Node for SwitchNode {
                 body: serde_json::json!({"name": self.name, "role": "switch"}),
             },
             Request::InstallTable { table, vc_policy } => {
+                let vcs = self.switch.config().vcs;
+                if vc_policy.min_vcs() > vcs {
+                    return Response::error(format!(
+                        "{}: the VC policy needs {} virtual channels, this switch has {vcs}",
+                        self.name,
+                        vc_policy.min_vcs()
+                    ));
+                }
                 self.switch.install_table(table, vc_policy);
                 tracing::info!("forwarding table installed");
                 Response::ok()
@@ -189,7 +197,9 @@ impl Node for SwitchNode {
                 }
                 _ => Response::error(format!("{}: port {port} is not cabled", self.name)),
             },
-            Request::StartTraffic { .. } | Request::StopTraffic => {
+            Request::StartTraffic { .. }
+            | Request::StopTraffic
+            | Request::SetIntermediateRoutes { .. } => {
                 Response::error(format!("{}: a switch generates no traffic", self.name))
             }
             Request::Shutdown => Response::ok(),
@@ -272,6 +282,9 @@ impl Node for SwitchNode {
                 .absolute(c.drops.get(r));
         }
         counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
+        counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())
+            .absolute(c.intermediate_pops);
+        counter!("flitnet_misroute_hops_total", "switch" => sw.clone()).absolute(c.misroute_hops);
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }
 }
@@ -310,6 +323,14 @@ fn describe_metrics() {
         (
             "flitnet_reroutes_total",
             "Packets sent around a dead port by dynamic local rerouting.",
+        ),
+        (
+            "flitnet_misroute_hops_total",
+            "Forced misroute hops heads took here (seed 004 M).",
+        ),
+        (
+            "flitnet_intermediate_pops_total",
+            "Heads that reached their intermediate node here and started their next leg (seed 004).",
         ),
     ] {
         describe_counter!(name, help);

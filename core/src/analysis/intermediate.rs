@@ -53,6 +53,15 @@ pub enum IntermediateError {
     UnknownSwitch { switch: SwitchId },
     #[error("{requested} intermediate nodes requested; a head carries at most {max}")]
     TooManyIntermediates { requested: u8, max: usize },
+    #[error(
+        "mechanism {mechanism} routes packets over up to {needed} legs, but the fabric has escape \
+         virtual channels for {legs} (configure more VCs)"
+    )]
+    NotEnoughLegs {
+        mechanism: String,
+        needed: u8,
+        legs: u8,
+    },
     #[error("the packet head cannot carry {what} yet")]
     HeadCannotCarry { what: &'static str },
     #[error(

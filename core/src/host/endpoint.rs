@@ -18,6 +18,7 @@
 //! is never a bottleneck), so credits flow back to the switch.
 
 use super::histogram::Percentiles;
+use super::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use super::message::{OutPacket, Packetiser};
 use super::retained::ReleasePolicy;
 use super::sbrp::{self, ReceiverRecovery, RrqVerdict, SbrpConfig, SbrpStats, SenderRecovery};
@@ -153,6 +154,10 @@ pub struct HostReport {
     /// SBRP counters (all zero without a recovery protocol).
     #[serde(default)]
     pub sbrp: SbrpStats,
+    /// Intermediate-node routing (seed 004; all zero until the controller
+    /// pushes a fault set).
+    #[serde(default)]
+    pub intermediate: IntermediateStats,
 }
 
 /// Fails if a head flit with `payload` bytes would not fit `link`'s MTU.
@@ -211,6 +216,10 @@ pub struct HostEndpoint {
     sbrp_stats: SbrpStats,
     /// One-flit control packets (RRQs) waiting for an idle lane.
     control_out: VecDeque<Flit>,
+    /// Seed 004: per-destination intermediate-node routes, once the
+    /// controller has pushed a fault set.
+    in_routes: Option<IntermediateRoutes>,
+    in_stats: IntermediateStats,
 }
 
 impl HostEndpoint {
@@ -252,6 +261,8 @@ impl HostEndpoint {
             receiver: ReceiverRecovery::new(vcs),
             sbrp_stats: SbrpStats::default(),
             control_out: VecDeque::new(),
+            in_routes: None,
+            in_stats: IntermediateStats::default(),
             cfg,
         })
     }
@@ -288,6 +299,20 @@ impl HostEndpoint {
         self.sink.set_in_order(cfg.protocol.is_on());
         self.sbrp_cfg = cfg;
         Ok(())
+    }
+
+    /// Installs (or, with `None`, removes) the per-destination
+    /// intermediate-node routes (seed 004 §3.2): every packet whose head is
+    /// built from now on carries its destination's route. Packets already
+    /// partly injected keep the route their head left with.
+    pub fn set_intermediate_routes(&mut self, routes: Option<IntermediateRoutes>) {
+        self.in_stats.table_updates += 1;
+        self.in_stats.table = routes.as_ref().map(|r| r.summary().clone());
+        self.in_routes = routes;
+    }
+
+    pub fn intermediate_stats(&self) -> &IntermediateStats {
+        &self.in_stats
     }
 
     pub fn recovery(&self) -> &SbrpConfig {
@@ -502,13 +527,28 @@ impl HostEndpoint {
                 let Some(packet) = self.lanes[lane].as_mut() else {
                     continue;
                 };
-                let Some(flit) = packet.next_flit(vc, self.cfg.source.payload_bytes) else {
+                let Some(mut flit) = packet.next_flit(vc, self.cfg.source.payload_bytes) else {
                     // Stopped before its first flit: nothing to close.
                     self.lanes[lane] = None;
                     progressed = true;
                     continue;
                 };
                 let done = packet.is_done();
+                if let (Some(routes), Some(head)) = (&self.in_routes, flit.head.as_mut()) {
+                    match routes.apply(head) {
+                        Applied::Direct => {}
+                        Applied::Unrouted => self.in_stats.packets_unrouted += 1,
+                        Applied::Routed {
+                            intermediates,
+                            deterministic,
+                            misrouted,
+                        } => {
+                            self.in_stats.packets_via_intermediate += (intermediates > 0) as u64;
+                            self.in_stats.packets_deterministic += deterministic as u64;
+                            self.in_stats.packets_misrouted += misrouted as u64;
+                        }
+                    }
+                }
                 if let Err(e) = self.link.send(flit) {
                     self.abandoned_packets += 1;
                     self.lanes[lane] = None;
@@ -629,6 +669,7 @@ impl HostEndpoint {
             partial_messages: self.sink.partial_messages(),
             trace_hash: self.sink.trace_hash(),
             sbrp: self.sbrp_stats.clone(),
+            intermediate: self.in_stats.clone(),
             source,
             sink,
         }

@@ -10,6 +10,7 @@
 
 pub mod endpoint;
 pub mod histogram;
+pub mod intermediate;
 pub mod message;
 pub mod retained;
 pub mod sbrp;

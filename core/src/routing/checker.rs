@@ -217,6 +217,22 @@ pub fn next_vc(policy: &VcPolicy, in_port: PortNo, in_vc: u8, out_port: PortNo) 
             }
             vc
         }
+        // Leg 0's escape network (every leg's is a copy on its own VCs, and
+        // a packet only moves from leg i to leg i+1: seed 004 §3.9).
+        VcPolicy::Legs {
+            escape_per_leg,
+            port_dim,
+            dateline,
+            ..
+        } => crate::switch::vc_alloc::leg_escape_vc(
+            *escape_per_leg,
+            port_dim,
+            dateline,
+            0,
+            in_port as usize,
+            in_vc,
+            out_port as usize,
+        ),
     }
 }
 

@@ -92,6 +92,47 @@ pub enum VcPolicy {
         port_dim: Vec<Option<u8>>,
         dateline: Vec<bool>,
     },
+    /// Seed 004's virtual networks for intermediate nodes, with adaptive
+    /// tables (Duato): leg `l` of a packet has its own escape VC set
+    /// `l·escape_per_leg .. (l+1)·escape_per_leg` (one VC on meshes, a
+    /// Dally–Seitz dateline pair on tori), and every VC from
+    /// `legs·escape_per_leg` up is an adaptive VC shared by all legs. The
+    /// switch advances a head's leg when its current intermediate is one of
+    /// `local_hosts` (docs/recovery.md, "Intermediate nodes").
+    Legs {
+        /// Escape virtual networks configured (= most legs a packet may have).
+        legs: u8,
+        /// 1 on meshes, 2 on tori (dateline pair).
+        escape_per_leg: u8,
+        /// Dimension of each port (`None` for host ports), as in `Dateline`.
+        port_dim: Vec<Option<u8>>,
+        /// Wrap-around ports (tori); all false on meshes.
+        dateline: Vec<bool>,
+        /// Hosts attached to this switch: a head whose current intermediate
+        /// is one of them starts its next leg here.
+        local_hosts: Vec<HostId>,
+        /// The port of each travel direction (index `d` = +d, `ndims + d` =
+        /// −d), for forced misroute hops (seed 004 M); empty without M.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dir_ports: Vec<PortNo>,
+    },
+}
+
+impl VcPolicy {
+    /// The fewest VCs a switch needs to apply this policy: its escape VCs
+    /// (the adaptive VCs of [`VcPolicy::Legs`] are whatever is left, and
+    /// may be none).
+    pub fn min_vcs(&self) -> u8 {
+        match self {
+            VcPolicy::Keep => 1,
+            VcPolicy::Dateline { .. } => 2,
+            VcPolicy::Legs {
+                legs,
+                escape_per_leg,
+                ..
+            } => legs.saturating_mul(*escape_per_leg),
+        }
+    }
 }
 
 /// What one switch forwards by.

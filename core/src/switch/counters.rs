@@ -19,16 +19,21 @@ pub enum DropReason {
     BadDatagram,
     /// A body or tail flit with no head before it (its head was lost).
     Orphan,
+    /// The head is on a leg (seed 004 intermediate nodes) for which the
+    /// switch has no escape VC set: the fabric has fewer VCs than the
+    /// packet's route needs.
+    LegVc,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::NoRoute,
         DropReason::BadRoute,
         DropReason::BadVc,
         DropReason::PortDown,
         DropReason::BadDatagram,
         DropReason::Orphan,
+        DropReason::LegVc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +44,7 @@ impl DropReason {
             DropReason::PortDown => "port-down",
             DropReason::BadDatagram => "bad-datagram",
             DropReason::Orphan => "orphan",
+            DropReason::LegVc => "leg-vc",
         }
     }
 }
@@ -52,6 +58,8 @@ pub struct DropCounters {
     pub port_down: u64,
     pub bad_datagram: u64,
     pub orphan: u64,
+    #[serde(default)]
+    pub leg_vc: u64,
 }
 
 impl DropCounters {
@@ -63,6 +71,7 @@ impl DropCounters {
             DropReason::PortDown => self.port_down,
             DropReason::BadDatagram => self.bad_datagram,
             DropReason::Orphan => self.orphan,
+            DropReason::LegVc => self.leg_vc,
         }
     }
 
@@ -74,6 +83,7 @@ impl DropCounters {
             DropReason::PortDown => &mut self.port_down,
             DropReason::BadDatagram => &mut self.bad_datagram,
             DropReason::Orphan => &mut self.orphan,
+            DropReason::LegVc => &mut self.leg_vc,
         };
         *c += n;
     }
@@ -130,4 +140,11 @@ pub struct SwitchCounters {
     /// fault-free route (detour, misroute, bounce, U-turn; seed 002 §3).
     #[serde(default)]
     pub reroutes: u64,
+    /// Heads that reached their current intermediate node here and started
+    /// their next leg without ejection (seed 004 §3.2).
+    #[serde(default)]
+    pub intermediate_pops: u64,
+    /// Forced misroute hops heads took here (seed 004 M).
+    #[serde(default)]
+    pub misroute_hops: u64,
 }

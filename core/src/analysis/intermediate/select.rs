@@ -14,7 +14,7 @@ use super::legs::{
     RouteChoice,
 };
 use super::IntermediateError;
-use crate::flit::{route_flags, Head, MAX_INTERMEDIATES};
+use crate::flit::{pack_run, route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS};
 use crate::topology::{FaultSet, HostId, NodeRef, Topology};
 use std::collections::HashMap;
 
@@ -414,10 +414,10 @@ pub fn choose_route(
 }
 
 impl Route {
-    /// Fills the intermediate-node fields of `head` (§3.2, §3.10) and resets
-    /// its leg index. Today's head carries one D flag for the whole packet and
-    /// no misroute runs, so a route with forced prefixes, or with D on some
-    /// legs only, is refused rather than silently changed.
+    /// Fills the intermediate-node fields of `head` (§3.2, §3.10): the
+    /// intermediates, leg 0, the per-leg D bits
+    /// ([`route_flags::deterministic_leg`]) and, for M, each leg's forced
+    /// runs ([`Head::runs`], with [`route_flags::MISROUTE`]).
     pub fn apply_to_head(&self, head: &mut Head) -> Result<(), IntermediateError> {
         let ins = self.intermediates();
         if ins.len() > MAX_INTERMEDIATES {
@@ -426,15 +426,14 @@ impl Route {
                 max: MAX_INTERMEDIATES,
             });
         }
-        if self.legs.iter().any(|l| !l.prefix.is_empty()) {
+        if self.legs.iter().any(|l| {
+            l.prefix.len() > MAX_RUNS
+                || l.prefix
+                    .iter()
+                    .any(|r| r.hops == 0 || r.hops as u32 > MAX_RUN_HOPS || r.dir.0 > 5)
+        }) {
             return Err(IntermediateError::HeadCannotCarry {
-                what: "misroute runs (per-leg direction/hop slots)",
-            });
-        }
-        let det = self.legs.iter().filter(|l| l.kind.deterministic()).count();
-        if det != 0 && det != self.legs.len() {
-            return Err(IntermediateError::HeadCannotCarry {
-                what: "a per-leg deterministic bit",
+                what: "more than 3 runs, or runs longer than 8 hops, on a leg",
             });
         }
         head.intermediates = [0; MAX_INTERMEDIATES];
@@ -442,8 +441,15 @@ impl Route {
         head.n_intermediates = ins.len() as u8;
         head.leg = 0;
         head.route_flags &= !(route_flags::DETERMINISTIC | route_flags::MISROUTE);
-        if det != 0 {
-            head.route_flags |= route_flags::DETERMINISTIC;
+        head.runs = [[0; MAX_RUNS]; MAX_LEGS];
+        for (i, l) in self.legs.iter().enumerate() {
+            if l.kind.deterministic() {
+                head.route_flags |= route_flags::deterministic_leg(i as u8);
+            }
+            for (slot, r) in l.prefix.iter().enumerate() {
+                head.runs[i][slot] = pack_run(r.dir.0, r.hops);
+                head.route_flags |= route_flags::MISROUTE;
+            }
         }
         Ok(())
     }
@@ -566,13 +572,36 @@ mod tests {
         let mut head = Head::default();
         r.apply_to_head(&mut head).unwrap();
         assert_eq!((head.n_intermediates, head.intermediates[0]), (1, 2));
+        // D on one leg only: that leg's bit.
+        let d_leg = Route {
+            legs: vec![
+                Leg {
+                    target: 2,
+                    kind: LegKind::Adaptive,
+                    prefix: vec![],
+                    hops: 1,
+                },
+                Leg {
+                    target: 1,
+                    kind: LegKind::Deterministic(crate::analysis::intermediate::DetOrder::Dor),
+                    prefix: vec![],
+                    hops: 1,
+                },
+            ],
+        };
+        d_leg.apply_to_head(&mut head).unwrap();
+        assert_eq!(head.route_flags, route_flags::deterministic_leg(1));
+        assert!(route_flags::is_deterministic(head.route_flags, 1));
+        assert!(!route_flags::is_deterministic(head.route_flags, 0));
         let RouteChoice::Routed(r) = choose_route(&t, &f, 0, 1, &Mechanisms::m()).unwrap() else {
             panic!()
         };
-        assert!(matches!(
-            r.apply_to_head(&mut head),
-            Err(IntermediateError::HeadCannotCarry { .. })
-        ));
+        // M: the forced runs go into the head, packed, with the M flag.
+        r.apply_to_head(&mut head).unwrap();
+        assert_ne!(head.route_flags & route_flags::MISROUTE, 0);
+        let run = r.legs[0].prefix[0];
+        assert_eq!(head.runs[0][0], pack_run(run.dir.0, run.hops));
+        assert_eq!(head.pending_run(), Some((0, run.dir.0)));
     }
 
     #[test]
