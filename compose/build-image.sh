@@ -6,7 +6,7 @@
 #   2. checks with `file` and `ldd` that they really are static, since the
 #      image is FROM scratch and has no dynamic loader;
 #   3. copies them with compose/Dockerfile into a fresh build context,
-#      without debug info (the release profile keeps `debug = 1` for
+#      without debug info (the release profile keeps line tables for
 #      profiling on the host; in the image it would triple the size), and
 #      runs `docker build`; prints the image size.
 #
