@@ -6,12 +6,15 @@
 #   2. checks with `file` and `ldd` that they really are static, since the
 #      image is FROM scratch and has no dynamic loader;
 #   3. copies them with compose/Dockerfile into a fresh build context,
-#      without debug info (the release profile keeps `debug = 1` for
+#      without debug info (the release profile keeps line tables for
 #      profiling on the host; in the image it would triple the size), and
 #      runs `docker build`; prints the image size.
 #
 # Usage: compose/build-image.sh [IMAGE]      (default flitnet:latest)
-# Environment: CARGO_BUILD_JOBS, CARGO (default cargo), DOCKER (default docker).
+# Environment: CARGO_BUILD_JOBS, CARGO (default cargo), DOCKER (default docker),
+#   PROFILE (default release; the compose test uses `image-test`, the release
+#   profile without LTO, which builds several times faster and is plenty for a
+#   functional test).
 # On a shared machine: nice -n 10 env CARGO_BUILD_JOBS=1 compose/build-image.sh
 set -euo pipefail
 
@@ -23,7 +26,8 @@ DOCKER=${DOCKER:-docker}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-OUT="$ROOT/target/$TARGET/release"
+PROFILE=${PROFILE:-release}
+OUT="$ROOT/target/$TARGET/$PROFILE"
 CONTEXT="$ROOT/target/flitnet-image"
 
 die() { echo "build-image: $*" >&2; exit 1; }
@@ -31,11 +35,11 @@ for tool in "$CARGO" "$DOCKER" file ldd strip; do
     command -v "$tool" >/dev/null || die "$tool is not installed"
 done
 
-echo "build-image: building ${BINS[*]} (static, $TARGET, release)"
+echo "build-image: building ${BINS[*]} (static, $TARGET, profile $PROFILE)"
 pkgs=()
 for b in "${BINS[@]}"; do pkgs+=(-p "$b"); done
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    "$CARGO" build --release --target "$TARGET" "${pkgs[@]}" --bins
+    "$CARGO" build --profile "$PROFILE" --target "$TARGET" "${pkgs[@]}" --bins
 
 rm -rf "$CONTEXT"
 mkdir -p "$CONTEXT"

@@ -55,6 +55,15 @@ pub struct LinkConfig {
     /// before they are sent alone (they go at once when half a VC's buffer
     /// is owed).
     pub credit_coalesce_ns: u64,
+    /// Paced links only: flits wait until the bucket holds enough tokens
+    /// for all queued flits or for `bandwidth × pacing_quantum_ns` of them
+    /// (at least one, at most the token burst), so one datagram carries
+    /// what the link may send in a quantum instead of one datagram per
+    /// token. A flit leaves at most one quantum later than its token
+    /// allows; the rate is unchanged. 0 = send as soon as one token is
+    /// there. Daemons set it near their event loop's wake-up lateness,
+    /// which delays flits by as much anyway.
+    pub pacing_quantum_ns: u64,
 }
 
 impl Default for LinkConfig {
@@ -68,6 +77,7 @@ impl Default for LinkConfig {
             dead_after_ns: 500_000_000,
             mtu: wire::DEFAULT_MTU,
             credit_coalesce_ns: 2_000,
+            pacing_quantum_ns: 0,
         }
     }
 }
@@ -768,6 +778,18 @@ impl Link {
         self.admin_up && self.alive && self.peer_synced && self.tx.iter().all(|t| t.baseline)
     }
 
+    /// Flits a paced link waits to have tokens for before it sends data on
+    /// its own (see [`LinkConfig::pacing_quantum_ns`]): 1 without a quantum.
+    fn pace_batch(&self) -> usize {
+        let Some(rate) = self.cfg.bandwidth_flits_per_s else {
+            return 1;
+        };
+        let quantum = rate as u128 * self.cfg.pacing_quantum_ns as u128 / NS_PER_S;
+        (quantum.min(TOKEN_BURST_FLITS) as usize)
+            .min(self.tx_queue.len())
+            .max(1)
+    }
+
     fn flits_allowed(&self) -> usize {
         match self.cfg.bandwidth_flits_per_s {
             None => usize::MAX,
@@ -812,8 +834,11 @@ impl Link {
         if !owed {
             self.credit_dirty_since = None;
         }
-        let credits = owed && (allowed > 0 || self.credits_urgent(now));
-        if allowed == 0 && !sync && !credits {
+        // Too few tokens for a full pacing batch: flits do not start a
+        // datagram, but ride along (up to the tokens) on one that goes anyway.
+        let data_starts = allowed > 0 && allowed >= self.pace_batch();
+        let credits = owed && (data_starts || self.credits_urgent(now));
+        if !data_starts && !sync && !credits {
             return false;
         }
         let header = Header {
@@ -911,10 +936,11 @@ impl Link {
                         let dt = (self.now.saturating_sub(self.tokens_at)) as u128;
                         let have =
                             (self.tokens + dt * rate as u128).min(TOKEN_BURST_FLITS * NS_PER_S);
-                        if have >= NS_PER_S {
+                        let need = self.pace_batch() as u128 * NS_PER_S;
+                        if have >= need {
                             at(self.now);
                         } else {
-                            let wait = (NS_PER_S - have).div_ceil(rate as u128);
+                            let wait = (need - have).div_ceil(rate as u128);
                             at(self.now.saturating_add(wait as u64));
                         }
                     }
@@ -1126,6 +1152,58 @@ mod tests {
         }
         let err = (delivered as f64 - rate as f64).abs() / rate as f64;
         assert!(err < 0.01, "delivered {delivered} flits in 1 s at {rate}/s");
+    }
+
+    #[test]
+    fn a_pacing_quantum_bundles_flits_at_the_same_rate() {
+        let rate = 20_000u64;
+        let run = |quantum_ns: u64| {
+            let c = LinkConfig {
+                vcs: 1,
+                buffer_depth: 64,
+                bandwidth_flits_per_s: Some(rate),
+                pacing_quantum_ns: quantum_ns,
+                keepalive_interval_ns: 100_000_000,
+                dead_after_ns: 500_000_000,
+                ..cfg()
+            };
+            let (mut a, mut b) = connected(c);
+            let (mut now, mut seq, mut delivered) = (0, 0, 0u64);
+            let mut last_delivery = 0;
+            let mut longest_gap = 0;
+            while now < 1_000_000_000 {
+                while a.can_send(0) {
+                    a.send(flit(0, seq)).unwrap();
+                    seq += 1;
+                }
+                exchange(now, &mut a, &mut b, &mut pass);
+                let got = drain(&mut b).len() as u16;
+                if got > 0 {
+                    longest_gap = longest_gap.max(now - last_delivery);
+                    last_delivery = now;
+                }
+                delivered += got as u64;
+                b.release(0, got).unwrap();
+                exchange(now, &mut a, &mut b, &mut pass);
+                let next = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
+                now = next.max(now + 1);
+            }
+            (delivered, a.stats().tx_datagrams, longest_gap)
+        };
+        let (plain, plain_datagrams, _) = run(0);
+        // 200 us at 20 000 flits/s: 4 flits per datagram.
+        let (bundled, bundled_datagrams, gap) = run(200_000);
+        for d in [plain, bundled] {
+            let err = (d as f64 - rate as f64).abs() / rate as f64;
+            assert!(err < 0.01, "delivered {d} flits in 1 s at {rate}/s");
+        }
+        assert!(plain_datagrams > 15_000, "{plain_datagrams}");
+        assert!(
+            bundled_datagrams < plain_datagrams / 3,
+            "{bundled_datagrams} datagrams with a quantum, {plain_datagrams} without"
+        );
+        // No flit waits more than a quantum beyond its token.
+        assert!(gap <= 200_000 + 1_000_000_000 / rate, "gap {gap} ns");
     }
 
     #[test]

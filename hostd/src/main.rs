@@ -41,6 +41,7 @@ fn link_config(cfg: &DaemonConfig) -> LinkConfig {
         keepalive_interval_ns: f.keepalive_interval_ns,
         dead_after_ns: f.dead_after_ns,
         mtu: f.mtu,
+        pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
         ..LinkConfig::default()
     }
 }
@@ -52,6 +53,10 @@ struct HostNode {
     events: flitnet_runtime::events::EventSender,
     /// Latest lateness of a timer, for the emulation-lag gauge.
     lag_ns: u64,
+    /// A Prometheus exporter is installed (`metrics_addr`). Without one
+    /// the metrics macros are no-ops but would still build their label
+    /// strings (one allocation per delivered message): skipped.
+    metrics: bool,
 }
 
 impl HostNode {
@@ -205,8 +210,10 @@ impl Node for HostNode {
         while let Some(ev) = self.endpoint.poll_event() {
             match ev {
                 HostEvent::Delivered { latency_ns, .. } => {
-                    histogram!("flitnet_host_message_latency_seconds", "host" => self.name.clone())
-                        .record(latency_ns as f64 / 1e9)
+                    if self.metrics {
+                        histogram!("flitnet_host_message_latency_seconds", "host" => self.name.clone())
+                            .record(latency_ns as f64 / 1e9)
+                    }
                 }
                 HostEvent::Link(e) => self.events.link_event(now, 0, &e),
                 other => tracing::warn!(event = ?other, "host event"),
@@ -215,6 +222,9 @@ impl Node for HostNode {
     }
 
     fn publish_metrics(&mut self, _now: u64) {
+        if !self.metrics {
+            return;
+        }
         let r = self.endpoint.report();
         let host = self.name.clone();
         counter!("flitnet_host_messages_sent_total", "host" => host.clone())
@@ -343,6 +353,7 @@ fn main() -> Result<()> {
             d.config.name.clone(),
             d.config.events_addr,
         ),
+        metrics: d.config.metrics_addr.is_some(),
         cfg: d.config,
         endpoint,
         lag_ns: 0,

@@ -32,6 +32,17 @@ pub trait Node {
 const METRICS_PERIOD_NS: u64 = 250_000_000;
 /// Datagrams read per wake-up before timers and transmissions get a turn.
 const RECV_BATCH: usize = 256;
+/// A deadline at most this far away is waited for by spinning on the
+/// clock instead of sleeping in `ppoll`: a sleep costs two context switches
+/// and on a busy machine wakes 10-30 us late, far longer than the wait
+/// (emulated propagation delays and credit coalescing of 1-2 us).
+const SPIN_NS: u64 = 2_000;
+
+/// Pacing quantum the daemons give their links
+/// (`LinkConfig::pacing_quantum_ns`): about the loop's wake-up lateness on a
+/// busy machine (docs/performance.md), so a paced link sends one datagram
+/// per quantum instead of one per token, at the same rate.
+pub const PACING_QUANTUM_NS: u64 = 20_000;
 
 /// How late timers fire: the emulation's time dilation. A log2 histogram,
 /// so recording is a few instructions and never allocates.
@@ -189,7 +200,13 @@ pub fn run<N: Node>(node: &mut N, transport: &mut Transport, inbox: ControlInbox
         }
         let timer = node.poll_timeout();
         let deadline = timer.unwrap_or(u64::MAX).min(next_metrics);
-        let wait_ns = deadline.saturating_sub(now_ns());
+        let mut wait_ns = deadline.saturating_sub(now_ns());
+        if wait_ns > 0 && wait_ns <= SPIN_NS && !tx.pending() {
+            while now_ns() < deadline {
+                std::hint::spin_loop();
+            }
+            wait_ns = 0;
+        }
         let mut fds = [
             libc::pollfd {
                 fd: transport.raw_fd(),

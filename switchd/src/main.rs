@@ -41,6 +41,10 @@ struct SwitchNode {
     /// Packets dropped, by reason name (the core counts flits; the
     /// controller's loss accounting compares messages with packets).
     dropped_packets: std::collections::BTreeMap<&'static str, u64>,
+    /// A Prometheus exporter is installed (`metrics_addr`). Without one
+    /// the metrics macros are no-ops, but their label strings would still
+    /// be built: skipped, because hundreds of idle daemons share 2 cores.
+    metrics: bool,
 }
 
 /// Damages a datagram so that the receiver's CRC check fails: one byte
@@ -74,6 +78,7 @@ fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
             keepalive_interval_ns: f.keepalive_interval_ns,
             dead_after_ns: f.dead_after_ns,
             mtu: f.mtu,
+            pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
             ..LinkConfig::default()
         },
         max_packet_flits: f.max_packet_flits.min(u16::MAX as u32) as u16,
@@ -210,8 +215,10 @@ impl Node for SwitchNode {
         while let Some(ev) = self.switch.poll_event() {
             match ev {
                 SwitchEvent::PortDown { port, admin } => {
-                    counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
+                    if self.metrics {
+                        counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
                         .increment(1);
+                    }
                     self.events.send(EventKind::PortDown {
                         port,
                         reason: if admin {
@@ -239,6 +246,9 @@ impl Node for SwitchNode {
     }
 
     fn publish_metrics(&mut self, _now: u64) {
+        if !self.metrics {
+            return;
+        }
         let sw = self.name.clone();
         let c = self.switch.counters();
         for (p, pc) in c.ports.iter().enumerate() {
@@ -380,6 +390,7 @@ fn main() -> Result<()> {
         corrupt_left: vec![0; radix],
         corrupted: vec![0; radix],
         dropped_packets: Default::default(),
+        metrics: d.config.metrics_addr.is_some(),
     };
     let mut transport = d.transport;
     run(&mut node, &mut transport, d.inbox)
