@@ -7,7 +7,7 @@ use anyhow::Result;
 use flitnet_core::control::TrafficSpec;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,27 @@ fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
 /// and deliveries stop changing (in-flight messages have landed), or
 /// `timeout` passes. Returns the last reports.
 pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+    drain_until(fabric, timeout, &Drain::default())
+}
+
+/// What [`drain_until`] waits for beyond the plain drain.
+#[derive(Clone, Debug, Default)]
+pub struct Drain {
+    /// A recovery protocol runs: also wait until no host retains a message
+    /// (their hold windows expired) or has recovery work in progress, so
+    /// the report's `retained` is 0 unless something is really stuck.
+    pub until_released: bool,
+    /// Hosts cut off by the faults: they may never drain, so they are not
+    /// waited for.
+    pub unreachable: BTreeSet<NodeRef>,
+}
+
+/// [`drain`], waiting also for what `what` asks.
+pub fn drain_until(
+    fabric: &Fabric,
+    timeout: Duration,
+    what: &Drain,
+) -> Result<Vec<(NodeRef, serde_json::Value)>> {
     let deadline = Instant::now() + timeout;
     let mut last_delivered = u64::MAX;
     let mut stable_since = Instant::now();
@@ -99,20 +120,43 @@ pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_j
             .iter()
             .map(|(_, r)| u(r, &["source", "messages_sent"]))
             .sum();
-        let drained = reports
-            .iter()
-            .all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        let reachable = || {
+            reports
+                .iter()
+                .filter(|(n, _)| !what.unreachable.contains(n))
+        };
+        let drained = reachable().all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        let released = !what.until_released
+            || reachable().all(|(_, r)| u(r, &["retained"]) == 0 && u(r, &["recovery_in_progress"]) == 0);
         if delivered != last_delivered {
             last_delivered = delivered;
             stable_since = Instant::now();
         }
-        let settled =
-            drained && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
+        let settled = drained
+            && released
+            && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
         if settled || Instant::now() > deadline {
             return Ok(reports);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Writes every daemon's last report into `run_dir/reports.json`, by node
+/// name, so a run can be examined after the fact.
+pub fn save_reports(
+    run_dir: &std::path::Path,
+    topo: &Topology,
+    hosts: &[(NodeRef, serde_json::Value)],
+    switches: &[(NodeRef, serde_json::Value)],
+) -> Result<()> {
+    let mut all = serde_json::Map::new();
+    for (n, r) in hosts.iter().chain(switches) {
+        all.insert(topo.node_name(*n).to_string(), r.clone());
+    }
+    let path = run_dir.join("reports.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&all)?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }
 
 /// Totals over every host.
@@ -139,6 +183,11 @@ pub struct Totals {
     pub recovered_messages: u64,
     #[serde(default)]
     pub resent_flits: u64,
+    /// Sent but never delivered on flows whose source and destination the
+    /// faults disconnected (lost by definition, spec 003 §5.1: "no message
+    /// from or to the faulty node"); not part of `messages_lost`.
+    #[serde(default)]
+    pub lost_unreachable: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -170,6 +219,103 @@ pub struct RunReport {
     pub credit_violations: u64,
     /// True when every sent message was delivered exactly once, in order.
     pub lossless: bool,
+    /// Hosts the faults cut off from the largest part of the fabric.
+    #[serde(default)]
+    pub unreachable_hosts: Vec<String>,
+}
+
+/// Hosts the faults cut off: those outside the largest connected part of
+/// the fabric without the failed links and switches (ties: the part
+/// holding the lowest-numbered host).
+pub fn unreachable_hosts(topo: &Topology, faults: &FaultSet) -> BTreeSet<NodeRef> {
+    let mut part: BTreeMap<NodeRef, usize> = BTreeMap::new();
+    let mut sizes = Vec::new();
+    for h in 0..topo.num_hosts() as u32 {
+        let start = NodeRef::Host(h);
+        if part.contains_key(&start) {
+            continue;
+        }
+        let id = sizes.len();
+        let mut hosts = 0;
+        let mut stack = vec![start];
+        part.insert(start, id);
+        while let Some(n) = stack.pop() {
+            if matches!(n, NodeRef::Host(_)) {
+                hosts += 1;
+            }
+            if matches!(n, NodeRef::Switch(s) if faults.switches.contains(&s)) {
+                continue;
+            }
+            for port in 0..topo.radix(n) as u16 {
+                let p = PortRef { node: n, port };
+                let Some(l) = topo.link_at(p) else { continue };
+                if faults.links.contains(&l) {
+                    continue;
+                }
+                let Some(peer) = topo.peer(p) else { continue };
+                if matches!(peer.node, NodeRef::Switch(s) if faults.switches.contains(&s)) {
+                    continue;
+                }
+                if !part.contains_key(&peer.node) {
+                    part.insert(peer.node, id);
+                    stack.push(peer.node);
+                }
+            }
+        }
+        sizes.push(hosts);
+    }
+    let main = (0..sizes.len()).max_by_key(|&i| (sizes[i], std::cmp::Reverse(i)));
+    part.into_iter()
+        .filter(|(n, id)| matches!(n, NodeRef::Host(_)) && Some(*id) != main)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+impl RunReport {
+    /// Moves the losses on flows to or from `unreachable` hosts out of
+    /// `messages_lost` into `lost_unreachable` (hosts report per-flow
+    /// counts; without them nothing moves), and re-judges `lossless`.
+    pub fn account_unreachable(
+        &mut self,
+        topo: &Topology,
+        hosts: &[(NodeRef, serde_json::Value)],
+        unreachable: &BTreeSet<NodeRef>,
+    ) {
+        self.unreachable_hosts = unreachable
+            .iter()
+            .map(|&n| topo.node_name(n).to_string())
+            .collect();
+        if unreachable.is_empty() {
+            return;
+        }
+        let id = |n: &NodeRef| match n {
+            NodeRef::Host(h) => Some(*h),
+            NodeRef::Switch(_) => None,
+        };
+        let cut: BTreeSet<u32> = unreachable.iter().filter_map(id).collect();
+        let count = |r: &serde_json::Value, key: &str, peer: u32| {
+            r[key][peer.to_string()].as_u64().unwrap_or(0)
+        };
+        let by_host: BTreeMap<u32, &serde_json::Value> =
+            hosts.iter().filter_map(|(n, r)| Some((id(n)?, r))).collect();
+        let mut lost = 0;
+        for (&s, rs) in &by_host {
+            for (&d, rd) in &by_host {
+                if s != d && (cut.contains(&s) || cut.contains(&d)) {
+                    let sent = count(rs, "sent_to", d);
+                    lost += sent.saturating_sub(count(rd, "delivered_from", s));
+                }
+            }
+        }
+        let t = &mut self.totals;
+        t.lost_unreachable = lost.min(t.messages_lost);
+        t.messages_lost -= t.lost_unreachable;
+        self.lossless = t.messages_lost == 0
+            && t.duplicates == 0
+            && t.out_of_order == 0
+            && t.corrupted == 0
+            && t.misdelivered_packets == 0;
+    }
 }
 
 impl RunReport {
@@ -253,6 +399,7 @@ impl RunReport {
             faults,
             credit_violations,
             lossless,
+            unreachable_hosts: Vec::new(),
         }
     }
 }
@@ -275,6 +422,21 @@ impl fmt::Display for RunReport {
             "  messages    generated {}  sent {}  delivered {}  lost {}",
             t.messages_generated, t.messages_sent, t.messages_delivered, t.messages_lost
         )?;
+        if !self.unreachable_hosts.is_empty() {
+            writeln!(
+                f,
+                "  unreachable {} (cut off by the faults; {} messages to or from them lost by definition, not counted above)",
+                self.unreachable_hosts.join(" "),
+                t.lost_unreachable
+            )?;
+        }
+        if t.recovered_messages > 0 || t.resent_flits > 0 || t.retained > 0 {
+            writeln!(
+                f,
+                "  recovery    {} messages recovered, {} flits resent, {} still held by senders (not lost)",
+                t.recovered_messages, t.resent_flits, t.retained
+            )?;
+        }
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
         writeln!(
             f,

@@ -335,6 +335,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     let session = Session::start(topo.clone(), &opts, "up")?;
     let (mut fabric, events) = (session.fabric, session.events);
     let (tables, bring_up) = (session.tables, session.bring_up);
+    let run_dir = session.run_dir;
     if let Some(c) = dlr {
         configure_reroute(&fabric, &topo, c)?;
         events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
@@ -401,21 +402,37 @@ pub fn run(args: UpArgs) -> Result<()> {
             .duration
             .saturating_sub(traffic_start.elapsed()),
     );
-    let reports = report::drain(&fabric, Duration::from_secs(5))?;
+    // With a recovery protocol, senders hold each message for the hold
+    // window after it left: drain until they have let go (or a resend is
+    // shown stuck), so `retained` counts only what is really still held.
+    let params = args.fabric.params();
+    let drain = report::Drain {
+        until_released: params.recovery.is_on(),
+        unreachable: report::unreachable_hosts(&topo, &faults),
+    };
+    let timeout = Duration::from_secs(5)
+        + if drain.until_released {
+            Duration::from_nanos(params.recovery_hold_ns())
+        } else {
+            Duration::ZERO
+        };
+    let reports = report::drain_until(&fabric, timeout, &drain)?;
     let switch_reports = fabric.reports(false)?;
+    report::save_reports(&run_dir, &topo, &reports, &switch_reports)?;
     let reroutes: u64 = switch_reports
         .iter()
         .map(|(_, r)| r["reroutes"].as_u64().unwrap_or(0))
         .sum();
-    let run = RunReport::build(
+    let mut run = RunReport::build(
         &topo,
         &tables.engine,
         &spec,
-        reports,
+        reports.clone(),
         switch_reports,
         fault_log,
         bring_up,
     );
+    run.account_unreachable(&topo, &reports, &drain.unreachable);
     fabric.shutdown()?;
     if args.json {
         let mut json = serde_json::to_value(&run)?;

@@ -194,6 +194,10 @@ pub struct Switch {
     /// input VC (input index `radix * vcs`, which has no link).
     recovery: RecoveryProtocol,
     rrq_pending: VecDeque<Flit>,
+    /// RRQs whose route leads to a dead port: kept until a new table (or
+    /// the port coming back) may route them, then re-injected through the
+    /// local input. Dropping them would lose the recovery they ask for.
+    rrq_parked: VecDeque<Flit>,
     sbrp: SbrpSwitchCounters,
 }
 
@@ -208,6 +212,10 @@ pub struct SbrpSwitchCounters {
     pub cut_packets: u64,
     /// RRQs not queued because the queue was full.
     pub rrq_overflow: u64,
+    /// RRQs (own or passing through) that found their route dead and
+    /// waited for new tables instead of being dropped.
+    #[serde(default)]
+    pub rrq_parked: u64,
 }
 
 /// RRQs a switch queues at most (a burst of cuts after a node death).
@@ -259,6 +267,7 @@ impl Switch {
             reroute: None,
             recovery: RecoveryProtocol::None,
             rrq_pending: VecDeque::new(),
+            rrq_parked: VecDeque::new(),
             sbrp: SbrpSwitchCounters::default(),
             cfg,
         })
@@ -291,6 +300,14 @@ impl Switch {
     /// Queues a recover request for a packet this switch could not carry
     /// past a dead output (as node C, spec 003 §5.11.2 `FRH_C`).
     fn report_cut(&mut self, t: Tracked) {
+        self.queue_rrq(t, false);
+    }
+
+    /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
+    /// it to the receiver) and queues it, or parks it until new tables when
+    /// `park` (the packet's route is a dead port: a resend sent before the
+    /// tables change would take the same dead route and be cut again).
+    fn queue_rrq(&mut self, t: Tracked, park: bool) {
         if t.is_rrq {
             return;
         }
@@ -304,14 +321,18 @@ impl Switch {
             RecoveryProtocol::Sbrp2 if t.forwarded <= self.max_ca() => t.first_seq,
             RecoveryProtocol::Sbrp2 => return,
         };
-        if self.rrq_pending.len() >= MAX_PENDING_RRQS {
+        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
             self.sbrp.rrq_overflow += 1;
             return;
         }
         self.sbrp.rrq_sent += 1;
-        self.rrq_pending.push_back(sbrp::rrq_flit(
-            t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now,
-        ));
+        let rrq = sbrp::rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now);
+        if park {
+            self.sbrp.rrq_parked += 1;
+            self.rrq_parked.push_back(rrq);
+        } else {
+            self.rrq_pending.push_back(rrq);
+        }
     }
 
     /// Index of the first local input VC (no link behind it).
@@ -342,6 +363,12 @@ impl Switch {
     pub fn install_table(&mut self, table: SwitchTable, policy: VcPolicy) {
         self.table = Some(table);
         self.policy = policy;
+        self.unpark_rrqs();
+    }
+
+    /// Parked RRQs get another chance (new tables, or a port back up).
+    fn unpark_rrqs(&mut self) {
+        self.rrq_pending.extend(self.rrq_parked.drain(..));
     }
 
     fn check_port(&self, port: PortNo) -> Result<usize, SwitchError> {
@@ -371,6 +398,7 @@ impl Switch {
         self.ports[p].link.set_admin_up(up);
         if up {
             self.ports[p].failed = false;
+            self.unpark_rrqs();
             self.push_event(SwitchEvent::PortUp { port });
         } else {
             self.fail_port(p);
@@ -470,6 +498,7 @@ impl Switch {
             match e {
                 LinkEvent::PeerUp => {
                     self.ports[p].failed = false;
+                    self.unpark_rrqs();
                     self.push_event(SwitchEvent::PortUp { port });
                 }
                 LinkEvent::PeerDown => {
@@ -754,14 +783,27 @@ impl Switch {
                                 started: false,
                             };
                         }
+                        Decision::Drop(DropReason::PortDown)
+                            if self.recovery.is_on()
+                                && track.is_some_and(|t| t.is_rrq)
+                                && self.rrq_pending.len() + self.rrq_parked.len()
+                                    < MAX_PENDING_RRQS =>
+                        {
+                            // An RRQ toward a dead port (tables not yet
+                            // updated): keep it for the new tables.
+                            let f = self.pop_input(i)?;
+                            self.sbrp.rrq_parked += 1;
+                            self.rrq_parked.push_back(f);
+                        }
                         Decision::Drop(reason) => {
                             let f = self.pop_input(i)?;
                             if reason == DropReason::PortDown && self.recovery.is_on() {
                                 // Its route leads to a dead port and no new
                                 // table avoids it yet: nothing of the packet
-                                // passed, so ask for all of it (from its head).
+                                // passed, so ask for all of it (from its
+                                // head), once the tables have changed.
                                 if let Some(t) = track {
-                                    self.report_cut(t);
+                                    self.queue_rrq(t, true);
                                 }
                             }
                             let (p, vc) = (i / vcs, (i % vcs) as u8);
