@@ -188,6 +188,23 @@ pub struct Totals {
     /// from or to the faulty node"); not part of `messages_lost`.
     #[serde(default)]
     pub lost_unreachable: u64,
+    /// SBRP recover requests that reached senders, and how many of them
+    /// the switches (node C) and the receivers sent.
+    #[serde(default)]
+    pub recover_requests: u64,
+    #[serde(default)]
+    pub rrq_from_switches: u64,
+    #[serde(default)]
+    pub rrq_from_receivers: u64,
+    /// Packets resent by senders.
+    #[serde(default)]
+    pub resent_packets: u64,
+    /// Duplicate flits the receivers dropped (SBRP-0/1's overlap).
+    #[serde(default)]
+    pub duplicate_flits: u64,
+    /// Mean latency of the recovered messages, µs (0 when none).
+    #[serde(default)]
+    pub recovered_latency_mean_us: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -332,6 +349,7 @@ impl RunReport {
         let mut accepted = 0.0;
         let mut p50 = Vec::new();
         let (mut p99, mut max) = (0u64, 0u64);
+        let (mut rec_n, mut rec_sum) = (0u64, 0.0f64);
         for (_, r) in &hosts {
             t.messages_generated += u(r, &["source", "generated_messages"]);
             t.messages_sent += u(r, &["source", "messages_sent"]);
@@ -347,6 +365,15 @@ impl RunReport {
             t.retained += u(r, &["retained"]);
             t.recovered_messages += u(r, &["sink", "recovered_messages"]);
             t.resent_flits += u(r, &["sbrp", "resent_flits"]);
+            t.recover_requests += u(r, &["sbrp", "rrq_received"]);
+            t.rrq_from_receivers += u(r, &["sbrp", "rrq_sent"]);
+            t.resent_packets += u(r, &["sbrp", "resent_packets"]);
+            t.duplicate_flits += u(r, &["sink", "duplicate_flits"]);
+            let n = u(r, &["recovered_latency_ns", "count"]);
+            if n > 0 {
+                rec_n += n;
+                rec_sum += n as f64 * r["recovered_latency_ns"]["mean"].as_f64().unwrap_or(0.0);
+            }
             accepted += r["throughput"]["accepted_flits_per_s"]
                 .as_f64()
                 .unwrap_or(0.0);
@@ -357,6 +384,12 @@ impl RunReport {
             }
         }
         t.messages_lost = t.messages_sent.saturating_sub(t.messages_delivered);
+        if rec_n > 0 {
+            t.recovered_latency_mean_us = rec_sum / rec_n as f64 / 1e3;
+        }
+        for (_, r) in &switches {
+            t.rrq_from_switches += u(r, &["sbrp", "rrq_sent"]);
+        }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
         for (_, r) in &switches {
@@ -433,8 +466,8 @@ impl fmt::Display for RunReport {
         if t.recovered_messages > 0 || t.resent_flits > 0 || t.retained > 0 {
             writeln!(
                 f,
-                "  recovery    {} messages recovered, {} flits resent, {} still held by senders (not lost)",
-                t.recovered_messages, t.resent_flits, t.retained
+                "  recovery    {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered (mean latency {:.1} us), {} still held by senders (not lost)",
+                t.recover_requests, t.rrq_from_switches, t.rrq_from_receivers, t.resent_packets, t.resent_flits, t.recovered_messages, t.recovered_latency_mean_us, t.retained
             )?;
         }
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;

@@ -140,6 +140,10 @@ pub struct HostReport {
     pub sink: SinkStats,
     /// Message latency from generation to delivery of the last flit, ns.
     pub latency_ns: Percentiles,
+    /// The same, for messages that needed a recovery resend only (spec 003
+    /// §6.2, "latency of corrupted messages").
+    #[serde(default)]
+    pub recovered_latency_ns: Percentiles,
     pub throughput: Throughput,
     /// Messages waiting in the source queue, and retained for resending.
     pub source_queue: usize,
@@ -639,6 +643,7 @@ impl HostEndpoint {
             host: self.cfg.host,
             pattern: self.cfg.source.pattern.to_string(),
             latency_ns: self.sink.latency().percentiles(),
+            recovered_latency_ns: self.sink.recovered_latency().percentiles(),
             throughput,
             source_queue: self.source.queued(),
             retained: self.source.retained().len(),
