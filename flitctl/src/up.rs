@@ -99,7 +99,7 @@ impl FabricArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct UpArgs {
     /// Topology file (YAML or ibnetdiscover .net).
     pub topology: PathBuf,
@@ -293,6 +293,25 @@ pub fn compute_routes(topo: &Topology, engine: &str, faults: &FaultSet) -> Resul
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
+    let (run, reroutes, dlr) = execute(&args)?;
+    if args.json {
+        let mut json = serde_json::to_value(&run)?;
+        json["mechanism"] = format!("{:?}", args.mechanism).into();
+        json["reroutes"] = reroutes.into();
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{run}");
+        if dlr {
+            println!("local reroutes: {reroutes}");
+        }
+    }
+    Ok(())
+}
+
+/// Brings the fabric up, runs the traffic and the fault, and returns the
+/// report, the local reroutes counted by the switches, and whether dynamic
+/// local rerouting was on (`flitctl reproduce` runs seed 003 this way).
+pub fn execute(args: &UpArgs) -> Result<(RunReport, u64, bool)> {
     let topo = crate::topo::load(&args.topology)?;
     let kill_links = args
         .kill_link
@@ -434,18 +453,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     );
     run.account_unreachable(&topo, &reports, &drain.unreachable);
     fabric.shutdown()?;
-    if args.json {
-        let mut json = serde_json::to_value(&run)?;
-        json["mechanism"] = format!("{:?}", args.mechanism).into();
-        json["reroutes"] = reroutes.into();
-        println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        print!("{run}");
-        if dlr.is_some() {
-            println!("local reroutes: {reroutes}");
-        }
-    }
-    Ok(())
+    Ok((run, reroutes, dlr.is_some()))
 }
 
 #[cfg(test)]

@@ -198,6 +198,12 @@ pub struct Switch {
     /// the port coming back) may route them, then re-injected through the
     /// local input. Dropping them would lose the recovery they ask for.
     rrq_parked: VecDeque<Flit>,
+    /// Per output VC (`port * vcs + vc`), the packets whose tail already
+    /// left on it, with the VC's flit count at their tail: spec 003's R-3
+    /// "shadow" of node C. A packet whose tail is among the flits the peer
+    /// has not freed yet may still die on the link (case d: C no longer
+    /// tracks it, and if its head died too nobody else will report it).
+    shadows: Vec<VecDeque<(u64, Tracked)>>,
     sbrp: SbrpSwitchCounters,
 }
 
@@ -212,6 +218,11 @@ pub struct SbrpSwitchCounters {
     pub cut_packets: u64,
     /// RRQs not queued because the queue was full.
     pub rrq_overflow: u64,
+    /// Packets reported from the R-3 shadow: their tail had left, but not
+    /// yet been freed by the peer, when the port died (part of
+    /// `cut_packets`).
+    #[serde(default)]
+    pub shadow_reports: u64,
     /// RRQs (own or passing through) that found their route dead and
     /// waited for new tables instead of being dropped.
     #[serde(default)]
@@ -268,6 +279,7 @@ impl Switch {
             recovery: RecoveryProtocol::None,
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
+            shadows: vec![VecDeque::new(); cfg.radix * vcs],
             sbrp: SbrpSwitchCounters::default(),
             cfg,
         })
@@ -553,6 +565,24 @@ impl Switch {
     /// now on, and what its link still had queued is discarded.
     fn fail_port(&mut self, p: usize) {
         self.ports[p].failed = true;
+        if self.recovery.is_on() {
+            // R-3 (spec 003 §8 item 3): packets whose tail left on this
+            // port but is not yet freed by the peer may be lost with it.
+            let vcs = self.cfg.vcs as usize;
+            let depth = self.cfg.buffer_depth;
+            for vc in 0..vcs {
+                let sent = self.counters.ports[p].vcs[vc].tx_flits;
+                let outstanding = depth.saturating_sub(self.ports[p].link.credits(vc as u8)) as u64;
+                let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
+                for (tail_no, t) in shadows {
+                    if tail_no + outstanding > sent {
+                        self.sbrp.cut_packets += 1;
+                        self.sbrp.shadow_reports += 1;
+                        self.report_cut(t);
+                    }
+                }
+            }
+        }
         let discarded = self.ports[p].link.discard_queued();
         if discarded > 0 {
             self.counters.drops.port_down += discarded as u64;
@@ -915,9 +945,7 @@ impl Switch {
         if let Some(t) = self.inputs[i].track.as_mut() {
             t.forwarded += 1;
         }
-        if tail {
-            self.inputs[i].track = None;
-        }
+        let shadow = if tail { self.inputs[i].track.take() } else { None };
         self.inputs[i].state = if f.kind.is_tail() {
             self.outputs.release(out, out_vc);
             InState::Idle
@@ -935,6 +963,16 @@ impl Switch {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;
                 c.tx_payload_bytes += bytes;
+                let sent = c.tx_flits;
+                if let Some(t) = shadow.filter(|t| self.recovery.is_on() && !t.is_rrq) {
+                    let depth = self.cfg.buffer_depth as u64;
+                    let q = &mut self.shadows[out * self.cfg.vcs as usize + out_vc as usize];
+                    // Only the last `depth` flits of a VC can be unfreed.
+                    while q.front().is_some_and(|(n, _)| n + depth <= sent) {
+                        q.pop_front();
+                    }
+                    q.push_back((sent, t));
+                }
             }
             Err(_) => {
                 // Only possible if the port went admin down in between.
