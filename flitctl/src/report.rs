@@ -127,7 +127,8 @@ pub fn drain_until(
         };
         let drained = reachable().all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
         let released = !what.until_released
-            || reachable().all(|(_, r)| u(r, &["retained"]) == 0 && u(r, &["recovery_in_progress"]) == 0);
+            || reachable()
+                .all(|(_, r)| u(r, &["retained"]) == 0 && u(r, &["recovery_in_progress"]) == 0);
         if delivered != last_delivered {
             last_delivered = delivered;
             stable_since = Instant::now();
@@ -273,8 +274,8 @@ pub fn unreachable_hosts(topo: &Topology, faults: &FaultSet) -> BTreeSet<NodeRef
                 if matches!(peer.node, NodeRef::Switch(s) if faults.switches.contains(&s)) {
                     continue;
                 }
-                if !part.contains_key(&peer.node) {
-                    part.insert(peer.node, id);
+                if let std::collections::btree_map::Entry::Vacant(e) = part.entry(peer.node) {
+                    e.insert(id);
                     stack.push(peer.node);
                 }
             }
@@ -313,8 +314,10 @@ impl RunReport {
         let count = |r: &serde_json::Value, key: &str, peer: u32| {
             r[key][peer.to_string()].as_u64().unwrap_or(0)
         };
-        let by_host: BTreeMap<u32, &serde_json::Value> =
-            hosts.iter().filter_map(|(n, r)| Some((id(n)?, r))).collect();
+        let by_host: BTreeMap<u32, &serde_json::Value> = hosts
+            .iter()
+            .filter_map(|(n, r)| Some((id(n)?, r)))
+            .collect();
         let mut lost = 0;
         for (&s, rs) in &by_host {
             for (&d, rd) in &by_host {

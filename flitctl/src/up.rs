@@ -429,12 +429,12 @@ pub fn execute(args: &UpArgs) -> Result<(RunReport, u64, bool)> {
         until_released: params.recovery.is_on(),
         unreachable: report::unreachable_hosts(&topo, &faults),
     };
-    let timeout = Duration::from_secs(5)
-        + if drain.until_released {
-            Duration::from_nanos(params.recovery_hold_ns())
-        } else {
-            Duration::ZERO
-        };
+    // Resends after a fault may still be on their way when traffic ends.
+    let timeout = if drain.until_released {
+        Duration::from_secs(10) + Duration::from_nanos(params.recovery_hold_ns())
+    } else {
+        Duration::from_secs(5)
+    };
     let reports = report::drain_until(&fabric, timeout, &drain)?;
     let switch_reports = fabric.reports(false)?;
     report::save_reports(&run_dir, &topo, &reports, &switch_reports)?;

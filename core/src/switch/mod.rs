@@ -945,7 +945,11 @@ impl Switch {
         if let Some(t) = self.inputs[i].track.as_mut() {
             t.forwarded += 1;
         }
-        let shadow = if tail { self.inputs[i].track.take() } else { None };
+        let shadow = if tail {
+            self.inputs[i].track.take()
+        } else {
+            None
+        };
         self.inputs[i].state = if f.kind.is_tail() {
             self.outputs.release(out, out_vc);
             InState::Idle
