@@ -327,7 +327,14 @@ impl RunReport {
                 }
             }
         }
+        // What cut-off senders still hold can never be sent or resent.
+        let held: u64 = by_host
+            .iter()
+            .filter(|(h, _)| cut.contains(h))
+            .map(|(_, r)| u(r, &["retained"]))
+            .sum();
         let t = &mut self.totals;
+        t.retained = t.retained.saturating_sub(held);
         t.lost_unreachable = lost.min(t.messages_lost);
         t.messages_lost -= t.lost_unreachable;
         self.lossless = t.messages_lost == 0
