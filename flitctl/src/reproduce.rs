@@ -1,5 +1,8 @@
 //! `flitctl reproduce`: re-runs the papers' static experiments and sets our
 //! numbers beside the papers' (docs/reproduction.md is this command's output).
+//! Seed 003's comparison of SBRP-0/1/2 is not static: it brings fabrics of
+//! real `switchd`/`hostd` processes up (the `flitctl up` code) and kills a
+//! link under traffic.
 //!
 //! Every paper figure below is a constant quoted with its source (the seed's
 //! digest section in /work/shared/spec); every "ours" is computed here, by
