@@ -531,3 +531,71 @@ impl fmt::Display for RunReport {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flitnet_core::topology::generators::{hypercube, mesh_or_torus};
+
+    #[test]
+    fn only_hosts_the_faults_really_cut_off_are_unreachable() {
+        let cube = hypercube(4).unwrap();
+        let link = crate::up::parse_link(&cube, "r05:2").unwrap();
+        assert!(unreachable_hosts(&cube, &FaultSet::with_links([link])).is_empty());
+        let mut dead = FaultSet::none();
+        dead.switches.insert(7);
+        assert_eq!(
+            unreachable_hosts(&cube, &dead),
+            BTreeSet::from([NodeRef::Host(7)])
+        );
+        // A corner of a mesh loses both its links: cut off too.
+        let mesh = mesh_or_torus(&[3, 3], false).unwrap();
+        let corner = [
+            crate::up::parse_link(&mesh, "r0:1").unwrap(),
+            crate::up::parse_link(&mesh, "r0:3").unwrap(),
+        ];
+        assert_eq!(
+            unreachable_hosts(&mesh, &FaultSet::with_links(corner)),
+            BTreeSet::from([NodeRef::Host(0)])
+        );
+    }
+
+    #[test]
+    fn losses_on_flows_of_unreachable_hosts_are_counted_apart() {
+        let cube = hypercube(2).unwrap();
+        let host = |sent_to: serde_json::Value, delivered_from: serde_json::Value| serde_json::json!({"sent_to": sent_to, "delivered_from": delivered_from, "retained": 1});
+        let hosts = vec![
+            (
+                NodeRef::Host(0),
+                host(
+                    serde_json::json!({"1": 5, "3": 4}),
+                    serde_json::json!({"1": 5}),
+                ),
+            ),
+            (
+                NodeRef::Host(1),
+                host(serde_json::json!({"0": 5}), serde_json::json!({"0": 4})),
+            ),
+            (
+                NodeRef::Host(3),
+                host(serde_json::json!({"0": 2}), serde_json::json!({})),
+            ),
+        ];
+        let mut r = RunReport {
+            totals: Totals {
+                messages_lost: 7,
+                retained: 3,
+                ..Totals::default()
+            },
+            ..RunReport::default()
+        };
+        r.account_unreachable(&cube, &hosts, &BTreeSet::from([NodeRef::Host(3)]));
+        // 0→3: 4 sent, none delivered; 3→0: 2 sent, none delivered; 0→1
+        // lost one, which stays a loss.
+        assert_eq!(r.totals.lost_unreachable, 6);
+        assert_eq!(r.totals.messages_lost, 1);
+        assert_eq!(r.totals.retained, 2);
+        assert_eq!(r.unreachable_hosts, ["h3"]);
+        assert!(!r.lossless);
+    }
+}
