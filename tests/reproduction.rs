@@ -178,15 +178,29 @@ fn seed001_routing_quick_matches() {
     assert_eq!(all_match(&s), 7);
 }
 
-/// Seed 003 is left to tests/sbrp.rs: a marked row, no invented numbers.
+/// Seed 003 on real processes (`reproduce --quick`: the 4-cube, 8- and
+/// 128-flit messages, SBRP-0/1/2, a link killed mid-run): every message is
+/// delivered whole and exactly once (duties I1/I2, digest §5.3) and SBRP-0
+/// resends whole packets while SBRP-1/2 never resend more (Table 2, §5.7).
+/// The corrupted-message latency ordering of Figs 80/82 is reported, not
+/// asserted: on real processes it is dominated by the controller's
+/// re-routing (docs/reproduction.md explains).
 #[test]
-fn seed003_is_marked_not_here() {
+fn seed003_sbrp_delivers_exactly_once_and_sbrp0_resends_most() {
     let s = section("003-sbrp");
-    assert_eq!(verdict(&s, "SBRP"), "NotHere");
-    assert!(lines(&s)[0]["ours"]
-        .as_str()
-        .unwrap()
-        .contains("tests/sbrp.rs"));
+    for ml in [8, 128] {
+        for proto in ["SBRP-0", "SBRP-1", "SBRP-2"] {
+            let what = format!("4-cube, {ml}-flit messages, {proto}");
+            assert_eq!(verdict(&s, &what), "Match", "{what}: {s}");
+        }
+        let what = format!("4-cube, {ml}-flit messages: flits resent per resent packet");
+        assert_eq!(verdict(&s, &what), "Match", "{what}: {s}");
+        let what = format!("4-cube, {ml}-flit messages: corrupted-message latency ordering");
+        assert!(
+            ["Match", "Differs"].contains(&verdict(&s, &what)),
+            "{what}: {s}"
+        );
+    }
 }
 
 /// Bad input is an error naming the culprit, never a panic.

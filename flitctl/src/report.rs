@@ -7,7 +7,7 @@ use anyhow::Result;
 use flitnet_core::control::TrafficSpec;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,27 @@ fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
 /// and deliveries stop changing (in-flight messages have landed), or
 /// `timeout` passes. Returns the last reports.
 pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+    drain_until(fabric, timeout, &Drain::default())
+}
+
+/// What [`drain_until`] waits for beyond the plain drain.
+#[derive(Clone, Debug, Default)]
+pub struct Drain {
+    /// A recovery protocol runs: also wait until no host retains a message
+    /// (their hold windows expired) or has recovery work in progress, so
+    /// the report's `retained` is 0 unless something is really stuck.
+    pub until_released: bool,
+    /// Hosts cut off by the faults: they may never drain, so they are not
+    /// waited for.
+    pub unreachable: BTreeSet<NodeRef>,
+}
+
+/// [`drain`], waiting also for what `what` asks.
+pub fn drain_until(
+    fabric: &Fabric,
+    timeout: Duration,
+    what: &Drain,
+) -> Result<Vec<(NodeRef, serde_json::Value)>> {
     let deadline = Instant::now() + timeout;
     let mut last_delivered = u64::MAX;
     let mut stable_since = Instant::now();
@@ -99,20 +120,44 @@ pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_j
             .iter()
             .map(|(_, r)| u(r, &["source", "messages_sent"]))
             .sum();
-        let drained = reports
-            .iter()
-            .all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        let reachable = || {
+            reports
+                .iter()
+                .filter(|(n, _)| !what.unreachable.contains(n))
+        };
+        let drained = reachable().all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        let released = !what.until_released
+            || reachable()
+                .all(|(_, r)| u(r, &["retained"]) == 0 && u(r, &["recovery_in_progress"]) == 0);
         if delivered != last_delivered {
             last_delivered = delivered;
             stable_since = Instant::now();
         }
-        let settled =
-            drained && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
+        let settled = drained
+            && released
+            && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
         if settled || Instant::now() > deadline {
             return Ok(reports);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Writes every daemon's last report into `run_dir/reports.json`, by node
+/// name, so a run can be examined after the fact.
+pub fn save_reports(
+    run_dir: &std::path::Path,
+    topo: &Topology,
+    hosts: &[(NodeRef, serde_json::Value)],
+    switches: &[(NodeRef, serde_json::Value)],
+) -> Result<()> {
+    let mut all = serde_json::Map::new();
+    for (n, r) in hosts.iter().chain(switches) {
+        all.insert(topo.node_name(*n).to_string(), r.clone());
+    }
+    let path = run_dir.join("reports.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&all)?)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }
 
 /// Totals over every host.
@@ -139,6 +184,28 @@ pub struct Totals {
     pub recovered_messages: u64,
     #[serde(default)]
     pub resent_flits: u64,
+    /// Sent but never delivered on flows whose source and destination the
+    /// faults disconnected (lost by definition, spec 003 §5.1: "no message
+    /// from or to the faulty node"); not part of `messages_lost`.
+    #[serde(default)]
+    pub lost_unreachable: u64,
+    /// SBRP recover requests that reached senders, and how many of them
+    /// the switches (node C) and the receivers sent.
+    #[serde(default)]
+    pub recover_requests: u64,
+    #[serde(default)]
+    pub rrq_from_switches: u64,
+    #[serde(default)]
+    pub rrq_from_receivers: u64,
+    /// Packets resent by senders.
+    #[serde(default)]
+    pub resent_packets: u64,
+    /// Duplicate flits the receivers dropped (SBRP-0/1's overlap).
+    #[serde(default)]
+    pub duplicate_flits: u64,
+    /// Mean latency of the recovered messages, µs (0 when none).
+    #[serde(default)]
+    pub recovered_latency_mean_us: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -170,6 +237,112 @@ pub struct RunReport {
     pub credit_violations: u64,
     /// True when every sent message was delivered exactly once, in order.
     pub lossless: bool,
+    /// Hosts the faults cut off from the largest part of the fabric.
+    #[serde(default)]
+    pub unreachable_hosts: Vec<String>,
+}
+
+/// Hosts the faults cut off: those outside the largest connected part of
+/// the fabric without the failed links and switches (ties: the part
+/// holding the lowest-numbered host).
+pub fn unreachable_hosts(topo: &Topology, faults: &FaultSet) -> BTreeSet<NodeRef> {
+    let mut part: BTreeMap<NodeRef, usize> = BTreeMap::new();
+    let mut sizes = Vec::new();
+    for h in 0..topo.num_hosts() as u32 {
+        let start = NodeRef::Host(h);
+        if part.contains_key(&start) {
+            continue;
+        }
+        let id = sizes.len();
+        let mut hosts = 0;
+        let mut stack = vec![start];
+        part.insert(start, id);
+        while let Some(n) = stack.pop() {
+            if matches!(n, NodeRef::Host(_)) {
+                hosts += 1;
+            }
+            if matches!(n, NodeRef::Switch(s) if faults.switches.contains(&s)) {
+                continue;
+            }
+            for port in 0..topo.radix(n) as u16 {
+                let p = PortRef { node: n, port };
+                let Some(l) = topo.link_at(p) else { continue };
+                if faults.links.contains(&l) {
+                    continue;
+                }
+                let Some(peer) = topo.peer(p) else { continue };
+                if matches!(peer.node, NodeRef::Switch(s) if faults.switches.contains(&s)) {
+                    continue;
+                }
+                if let std::collections::btree_map::Entry::Vacant(e) = part.entry(peer.node) {
+                    e.insert(id);
+                    stack.push(peer.node);
+                }
+            }
+        }
+        sizes.push(hosts);
+    }
+    let main = (0..sizes.len()).max_by_key(|&i| (sizes[i], std::cmp::Reverse(i)));
+    part.into_iter()
+        .filter(|(n, id)| matches!(n, NodeRef::Host(_)) && Some(*id) != main)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+impl RunReport {
+    /// Moves the losses on flows to or from `unreachable` hosts out of
+    /// `messages_lost` into `lost_unreachable` (hosts report per-flow
+    /// counts; without them nothing moves), and re-judges `lossless`.
+    pub fn account_unreachable(
+        &mut self,
+        topo: &Topology,
+        hosts: &[(NodeRef, serde_json::Value)],
+        unreachable: &BTreeSet<NodeRef>,
+    ) {
+        self.unreachable_hosts = unreachable
+            .iter()
+            .map(|&n| topo.node_name(n).to_string())
+            .collect();
+        if unreachable.is_empty() {
+            return;
+        }
+        let id = |n: &NodeRef| match n {
+            NodeRef::Host(h) => Some(*h),
+            NodeRef::Switch(_) => None,
+        };
+        let cut: BTreeSet<u32> = unreachable.iter().filter_map(id).collect();
+        let count = |r: &serde_json::Value, key: &str, peer: u32| {
+            r[key][peer.to_string()].as_u64().unwrap_or(0)
+        };
+        let by_host: BTreeMap<u32, &serde_json::Value> = hosts
+            .iter()
+            .filter_map(|(n, r)| Some((id(n)?, r)))
+            .collect();
+        let mut lost = 0;
+        for (&s, rs) in &by_host {
+            for (&d, rd) in &by_host {
+                if s != d && (cut.contains(&s) || cut.contains(&d)) {
+                    let sent = count(rs, "sent_to", d);
+                    lost += sent.saturating_sub(count(rd, "delivered_from", s));
+                }
+            }
+        }
+        // What cut-off senders still hold can never be sent or resent.
+        let held: u64 = by_host
+            .iter()
+            .filter(|(h, _)| cut.contains(h))
+            .map(|(_, r)| u(r, &["retained"]))
+            .sum();
+        let t = &mut self.totals;
+        t.retained = t.retained.saturating_sub(held);
+        t.lost_unreachable = lost.min(t.messages_lost);
+        t.messages_lost -= t.lost_unreachable;
+        self.lossless = t.messages_lost == 0
+            && t.duplicates == 0
+            && t.out_of_order == 0
+            && t.corrupted == 0
+            && t.misdelivered_packets == 0;
+    }
 }
 
 impl RunReport {
@@ -186,6 +359,7 @@ impl RunReport {
         let mut accepted = 0.0;
         let mut p50 = Vec::new();
         let (mut p99, mut max) = (0u64, 0u64);
+        let (mut rec_n, mut rec_sum) = (0u64, 0.0f64);
         for (_, r) in &hosts {
             t.messages_generated += u(r, &["source", "generated_messages"]);
             t.messages_sent += u(r, &["source", "messages_sent"]);
@@ -201,6 +375,15 @@ impl RunReport {
             t.retained += u(r, &["retained"]);
             t.recovered_messages += u(r, &["sink", "recovered_messages"]);
             t.resent_flits += u(r, &["sbrp", "resent_flits"]);
+            t.recover_requests += u(r, &["sbrp", "rrq_received"]);
+            t.rrq_from_receivers += u(r, &["sbrp", "rrq_sent"]);
+            t.resent_packets += u(r, &["sbrp", "resent_packets"]);
+            t.duplicate_flits += u(r, &["sink", "duplicate_flits"]);
+            let n = u(r, &["recovered_latency_ns", "count"]);
+            if n > 0 {
+                rec_n += n;
+                rec_sum += n as f64 * r["recovered_latency_ns"]["mean"].as_f64().unwrap_or(0.0);
+            }
             accepted += r["throughput"]["accepted_flits_per_s"]
                 .as_f64()
                 .unwrap_or(0.0);
@@ -211,6 +394,12 @@ impl RunReport {
             }
         }
         t.messages_lost = t.messages_sent.saturating_sub(t.messages_delivered);
+        if rec_n > 0 {
+            t.recovered_latency_mean_us = rec_sum / rec_n as f64 / 1e3;
+        }
+        for (_, r) in &switches {
+            t.rrq_from_switches += u(r, &["sbrp", "rrq_sent"]);
+        }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
         for (_, r) in &switches {
@@ -253,6 +442,7 @@ impl RunReport {
             faults,
             credit_violations,
             lossless,
+            unreachable_hosts: Vec::new(),
         }
     }
 }
@@ -275,6 +465,21 @@ impl fmt::Display for RunReport {
             "  messages    generated {}  sent {}  delivered {}  lost {}",
             t.messages_generated, t.messages_sent, t.messages_delivered, t.messages_lost
         )?;
+        if !self.unreachable_hosts.is_empty() {
+            writeln!(
+                f,
+                "  unreachable {} (cut off by the faults; {} messages to or from them lost by definition, not counted above)",
+                self.unreachable_hosts.join(" "),
+                t.lost_unreachable
+            )?;
+        }
+        if t.recovered_messages > 0 || t.resent_flits > 0 || t.retained > 0 {
+            writeln!(
+                f,
+                "  recovery    {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered (mean latency {:.1} us), {} still held by senders (not lost)",
+                t.recover_requests, t.rrq_from_switches, t.rrq_from_receivers, t.resent_packets, t.resent_flits, t.recovered_messages, t.recovered_latency_mean_us, t.retained
+            )?;
+        }
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
         writeln!(
             f,
@@ -324,5 +529,73 @@ impl fmt::Display for RunReport {
                 )
             }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flitnet_core::topology::generators::{hypercube, mesh_or_torus};
+
+    #[test]
+    fn only_hosts_the_faults_really_cut_off_are_unreachable() {
+        let cube = hypercube(4).unwrap();
+        let link = crate::up::parse_link(&cube, "r05:2").unwrap();
+        assert!(unreachable_hosts(&cube, &FaultSet::with_links([link])).is_empty());
+        let mut dead = FaultSet::none();
+        dead.switches.insert(7);
+        assert_eq!(
+            unreachable_hosts(&cube, &dead),
+            BTreeSet::from([NodeRef::Host(7)])
+        );
+        // A corner of a mesh loses both its links: cut off too.
+        let mesh = mesh_or_torus(&[3, 3], false).unwrap();
+        let corner = [
+            crate::up::parse_link(&mesh, "r0:1").unwrap(),
+            crate::up::parse_link(&mesh, "r0:3").unwrap(),
+        ];
+        assert_eq!(
+            unreachable_hosts(&mesh, &FaultSet::with_links(corner)),
+            BTreeSet::from([NodeRef::Host(0)])
+        );
+    }
+
+    #[test]
+    fn losses_on_flows_of_unreachable_hosts_are_counted_apart() {
+        let cube = hypercube(2).unwrap();
+        let host = |sent_to: serde_json::Value, delivered_from: serde_json::Value| serde_json::json!({"sent_to": sent_to, "delivered_from": delivered_from, "retained": 1});
+        let hosts = vec![
+            (
+                NodeRef::Host(0),
+                host(
+                    serde_json::json!({"1": 5, "3": 4}),
+                    serde_json::json!({"1": 5}),
+                ),
+            ),
+            (
+                NodeRef::Host(1),
+                host(serde_json::json!({"0": 5}), serde_json::json!({"0": 4})),
+            ),
+            (
+                NodeRef::Host(3),
+                host(serde_json::json!({"0": 2}), serde_json::json!({})),
+            ),
+        ];
+        let mut r = RunReport {
+            totals: Totals {
+                messages_lost: 7,
+                retained: 3,
+                ..Totals::default()
+            },
+            ..RunReport::default()
+        };
+        r.account_unreachable(&cube, &hosts, &BTreeSet::from([NodeRef::Host(3)]));
+        // 0→3: 4 sent, none delivered; 3→0: 2 sent, none delivered; 0→1
+        // lost one, which stays a loss.
+        assert_eq!(r.totals.lost_unreachable, 6);
+        assert_eq!(r.totals.messages_lost, 1);
+        assert_eq!(r.totals.retained, 2);
+        assert_eq!(r.unreachable_hosts, ["h3"]);
+        assert!(!r.lossless);
     }
 }

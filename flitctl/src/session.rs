@@ -61,12 +61,24 @@ pub fn run_dir_or_temp(run_dir: Option<&Path>, what: &str) -> PathBuf {
 /// The traffic of `args` with `seed`.
 pub fn traffic_spec(args: &TrafficArgs, seed: u64) -> TrafficSpec {
     TrafficSpec {
-        pattern: args.pattern.clone(),
+        pattern: absolute_permutation(&args.pattern),
         load: args.load,
         message_flits: args.message_flits,
         duration_ns: args.duration.as_nanos() as u64,
         rounds: args.rounds,
         seed,
+    }
+}
+
+/// `permutation:FILE` with FILE made absolute (the daemons read it and do
+/// not share flitctl's working directory); other patterns unchanged.
+pub fn absolute_permutation(pattern: &str) -> String {
+    match pattern.strip_prefix("permutation:") {
+        Some(file) if !Path::new(file).is_absolute() => match std::env::current_dir() {
+            Ok(cwd) => format!("permutation:{}", cwd.join(file).display()),
+            Err(_) => pattern.to_string(),
+        },
+        _ => pattern.to_string(),
     }
 }
 

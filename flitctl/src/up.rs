@@ -138,7 +138,7 @@ impl FabricArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct UpArgs {
     /// Topology file (YAML or ibnetdiscover .net).
     pub topology: PathBuf,
@@ -541,6 +541,53 @@ pub fn compute_routes(topo: &Topology, engine: &str, faults: &FaultSet) -> Resul
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
+    let UpOutcome {
+        run,
+        reroutes,
+        dlr,
+        intermediate,
+    } = execute(&args)?;
+    if args.json {
+        let mut json = serde_json::to_value(&run)?;
+        json["mechanism"] = format!("{:?}", args.mechanism).into();
+        json["reroutes"] = reroutes.into();
+        if let Some(r) = &intermediate {
+            json["intermediate"] = r.clone();
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{run}");
+        if dlr {
+            println!("local reroutes: {reroutes}");
+        }
+        if let Some(r) = &intermediate {
+            println!(
+                "intermediate nodes ({}): {} packets routed via intermediates, {} leg advances \
+                 in switches, {} drops after the switchover",
+                r["mechanism"].as_str().unwrap_or("?"),
+                r["packets_via_intermediate"],
+                r["intermediate_pops"],
+                r["drops_after_switchover"]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What one `up` run produced.
+pub struct UpOutcome {
+    pub run: RunReport,
+    /// Local reroutes counted by the switches.
+    pub reroutes: u64,
+    /// Whether dynamic local rerouting was on.
+    pub dlr: bool,
+    /// The intermediate-node report (seed 004 mechanisms only).
+    pub intermediate: Option<serde_json::Value>,
+}
+
+/// Brings the fabric up, runs the traffic and the fault, and returns what
+/// happened (`flitctl reproduce` runs seed 003 this way).
+pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let topo = crate::topo::load(&args.topology)?;
     let kill_links = args
         .kill_link
@@ -601,6 +648,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     let session = Session::start(topo.clone(), &opts, "up")?;
     let (mut fabric, events) = (session.fabric, session.events);
     let (tables, bring_up) = (session.tables, session.bring_up);
+    let run_dir = session.run_dir;
     if let Some(c) = dlr {
         configure_reroute(&fabric, &topo, c)?;
         events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
@@ -687,51 +735,45 @@ pub fn run(args: UpArgs) -> Result<()> {
     }
     // Let the traffic phase finish, then give in-flight messages time to land.
     progress.sleep_until(&fabric, args.traffic.duration);
-    let reports = report::drain(&fabric, Duration::from_secs(5))?;
-    let host_reports = reports.clone();
+    // With a recovery protocol, senders hold each message for the hold
+    // window after it left: drain until they have let go (or a resend is
+    // shown stuck), so `retained` counts only what is really still held.
+    let params = args.fabric.params();
+    let drain = report::Drain {
+        until_released: params.recovery.is_on(),
+        unreachable: report::unreachable_hosts(&topo, &faults),
+    };
+    // Resends after a fault may still be on their way when traffic ends.
+    let timeout = if drain.until_released {
+        Duration::from_secs(10) + Duration::from_nanos(params.recovery_hold_ns())
+    } else {
+        Duration::from_secs(5)
+    };
+    let reports = report::drain_until(&fabric, timeout, &drain)?;
     let switch_reports = fabric.reports(false)?;
+    report::save_reports(&run_dir, &topo, &reports, &switch_reports)?;
     let reroutes: u64 = switch_reports
         .iter()
         .map(|(_, r)| r["reroutes"].as_u64().unwrap_or(0))
         .sum();
-    let inodes_report = inodes
-        .as_ref()
-        .map(|i| i.report(&switch_reports, &host_reports));
-    let run = RunReport::build(
+    let intermediate = inodes.as_ref().map(|i| i.report(&switch_reports, &reports));
+    let mut run = RunReport::build(
         &topo,
         &tables.engine,
         &spec,
-        reports,
+        reports.clone(),
         switch_reports,
         fault_log,
         bring_up,
     );
+    run.account_unreachable(&topo, &reports, &drain.unreachable);
     fabric.shutdown()?;
-    if args.json {
-        let mut json = serde_json::to_value(&run)?;
-        json["mechanism"] = format!("{:?}", args.mechanism).into();
-        json["reroutes"] = reroutes.into();
-        if let Some(r) = &inodes_report {
-            json["intermediate"] = r.clone();
-        }
-        println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        print!("{run}");
-        if dlr.is_some() {
-            println!("local reroutes: {reroutes}");
-        }
-        if let Some(r) = &inodes_report {
-            println!(
-                "intermediate nodes ({}): {} packets routed via intermediates, {} leg advances \
-                 in switches, {} drops after the switchover",
-                r["mechanism"].as_str().unwrap_or("?"),
-                r["packets_via_intermediate"],
-                r["intermediate_pops"],
-                r["drops_after_switchover"]
-            );
-        }
-    }
-    Ok(())
+    Ok(UpOutcome {
+        run,
+        reroutes,
+        dlr: dlr.is_some(),
+        intermediate,
+    })
 }
 
 #[cfg(test)]

@@ -62,6 +62,11 @@ struct HostNode {
 impl HostNode {
     fn source_config(&self, spec: &TrafficSpec) -> Result<SourceConfig, String> {
         let pattern: TrafficPattern = spec.pattern.parse().map_err(|e| format!("{e}"))?;
+        // `permutation:FILE`: the daemon reads the file (flitctl passes an
+        // absolute path when it starts local processes).
+        let pattern = pattern
+            .resolve(|p| std::fs::read_to_string(p))
+            .map_err(|e| format!("{e}"))?;
         if !(spec.load > 0.0 && spec.load <= 1.0) {
             return Err(format!("load {} must be in (0, 1]", spec.load));
         }

@@ -183,6 +183,9 @@ impl Node for SwitchNode {
                     serde_json::to_value(&self.dropped_packets).unwrap_or_default();
                 body["corrupted_datagrams_sent"] =
                     serde_json::to_value(&self.corrupted).unwrap_or_default();
+                // SBRP's switch half: RRQs sent as node C, NFTs made as A.
+                body["sbrp"] =
+                    serde_json::to_value(self.switch.sbrp_counters()).unwrap_or_default();
                 Response::Ok { body }
             }
             Request::SetAllPorts { up } => {

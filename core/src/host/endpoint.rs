@@ -29,7 +29,7 @@ use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
 use crate::topology::HostId;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Which VC injected packets use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +141,10 @@ pub struct HostReport {
     pub sink: SinkStats,
     /// Message latency from generation to delivery of the last flit, ns.
     pub latency_ns: Percentiles,
+    /// The same, for messages that needed a recovery resend only (spec 003
+    /// §6.2, "latency of corrupted messages").
+    #[serde(default)]
+    pub recovered_latency_ns: Percentiles,
     pub throughput: Throughput,
     /// Messages waiting in the source queue, and retained for resending.
     pub source_queue: usize,
@@ -149,6 +153,22 @@ pub struct HostReport {
     pub abandoned_packets: u64,
     /// Messages partly received.
     pub partial_messages: usize,
+    /// Complete messages held back until an earlier one of their flow is
+    /// delivered (in-order delivery under a recovery protocol).
+    #[serde(default)]
+    pub held_messages: usize,
+    /// SBRP work not finished: cut packets the receiver waits on, resends
+    /// not yet started, RRQs not yet sent.
+    #[serde(default)]
+    pub recovery_in_progress: usize,
+    /// Per flow: messages fully sent to each destination and delivered
+    /// from each source (empty above [`MAX_FLOW_REPORT_HOSTS`] hosts), so
+    /// a controller can tell losses on flows to or from an unreachable
+    /// host from the rest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sent_to: BTreeMap<HostId, u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub delivered_from: BTreeMap<HostId, u64>,
     /// Hash of the delivery sequence (equal traces ⇒ equal hashes).
     pub trace_hash: u64,
     /// SBRP counters (all zero without a recovery protocol).
@@ -193,6 +213,10 @@ fn check_flit_fits(host: HostId, payload: usize, link: &LinkConfig) -> Result<()
     }
     Ok(())
 }
+
+/// Largest fabric whose host reports carry per-flow counts (they grow
+/// with the number of hosts, and every host reports).
+pub const MAX_FLOW_REPORT_HOSTS: usize = 1024;
 
 /// One host, sans-IO.
 #[derive(Debug)]
@@ -558,10 +582,7 @@ impl HostEndpoint {
                 progressed = true;
                 if done {
                     if let Some(p) = self.lanes[lane].take() {
-                        // A stopped packet is not sent: its resend is.
-                        if !p.abort {
-                            self.source.packet_sent(&p, now);
-                        }
+                        self.source.packet_done(&p, now);
                     }
                 }
             }
@@ -662,11 +683,24 @@ impl HostEndpoint {
             host: self.cfg.host,
             pattern: self.cfg.source.pattern.to_string(),
             latency_ns: self.sink.latency().percentiles(),
+            recovered_latency_ns: self.sink.recovered_latency().percentiles(),
             throughput,
             source_queue: self.source.queued(),
             retained: self.source.retained().len(),
             abandoned_packets: self.abandoned_packets,
             partial_messages: self.sink.partial_messages(),
+            held_messages: self.sink.held_messages(),
+            recovery_in_progress: self.recovery_in_progress(),
+            sent_to: if self.cfg.hosts as usize <= MAX_FLOW_REPORT_HOSTS {
+                self.source.sent_to().clone()
+            } else {
+                BTreeMap::new()
+            },
+            delivered_from: if self.cfg.hosts as usize <= MAX_FLOW_REPORT_HOSTS {
+                self.sink.delivered_from()
+            } else {
+                BTreeMap::new()
+            },
             trace_hash: self.sink.trace_hash(),
             sbrp: self.sbrp_stats.clone(),
             intermediate: self.in_stats.clone(),

@@ -39,6 +39,9 @@ pub struct RetainedMessage {
     pub packets_sent: u32,
     /// When its last packet was fully sent.
     pub sent_at: Option<u64>,
+    /// It was fully sent once already (a recovery resend completes it
+    /// again, which must not count as another message sent).
+    pub sent_before: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -66,6 +69,7 @@ impl RetainedStore {
                 packets,
                 packets_sent: 0,
                 sent_at: None,
+                sent_before: false,
             },
         );
     }
@@ -88,7 +92,8 @@ impl RetainedStore {
     }
 
     /// Records that one more packet of `id` left completely. Returns true
-    /// when that was the message's last packet.
+    /// when that was the message's last packet, the first time it was
+    /// (a message completed again by a recovery resend is not sent twice).
     pub fn packet_sent(&mut self, id: u64, now: u64) -> bool {
         let Some(m) = self.msgs.get_mut(&id) else {
             return false;
@@ -98,6 +103,7 @@ impl RetainedStore {
             return false;
         }
         m.sent_at = Some(now);
+        let first = !std::mem::replace(&mut m.sent_before, true);
         match self.policy {
             ReleasePolicy::WhenSent => {
                 self.release(id);
@@ -107,7 +113,7 @@ impl RetainedStore {
             }
             ReleasePolicy::UntilReleased => {}
         }
-        true
+        first
     }
 
     /// SBRP: a packet of `id` is being resent, so the message is not fully
@@ -212,6 +218,18 @@ mod tests {
         s.handle_timeout(150);
         assert!(s.is_empty());
         assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_message_completed_again_by_a_resend_is_sent_once() {
+        let mut s = RetainedStore::new(ReleasePolicy::HoldFor { hold_ns: 100 });
+        s.insert(msg(1, 0), 1);
+        assert!(s.packet_sent(message_id(1, 0), 10));
+        assert!(s.reopen(message_id(1, 0), true));
+        assert_eq!(s.poll_timeout(), None);
+        assert!(!s.packet_sent(message_id(1, 0), 40));
+        // The hold is re-armed from the resend.
+        assert_eq!(s.poll_timeout(), Some(140));
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub struct SbrpConfig {
     /// SBRP-2 this is the retry period after the first RRQ).
     pub nft_wait_ns: u64,
     /// RRQs a receiver sends for one cut packet at most (R-4 retries also
-    /// cover a lost RRQ, spec 003 §8 item 18).
+    /// cover a lost RRQ, spec 003 §8 item 18); the wait doubles after each,
+    /// so 12 cover about `4096 × nft_wait_ns`.
     pub max_receiver_rrqs: u32,
 }
 
@@ -85,7 +86,7 @@ impl Default for SbrpConfig {
             resend_delay_ns: 1_000,
             report_delay_ns: 1_000,
             nft_wait_ns: 200_000,
-            max_receiver_rrqs: 8,
+            max_receiver_rrqs: 12,
         }
     }
 }
@@ -323,7 +324,11 @@ impl ReceiverRecovery {
             out.push_back(rrq_flit(me, src, msg, packet, c.ssnf, from, vc, now));
             sent += 1;
             c.rrqs += 1;
-            c.at = now.saturating_add(cfg.nft_wait_ns.max(1));
+            // Exponential back-off: on real processes the resend may wait
+            // for the controller's new tables (tens to hundreds of ms), and
+            // each retry is a stale RRQ for the sender to ignore meanwhile.
+            let backoff = cfg.nft_wait_ns.max(1) << c.rrqs.min(16);
+            c.at = now.saturating_add(backoff);
             self.cut.insert((src, msg, packet), (c, msg_flits));
         }
         sent

@@ -193,6 +193,8 @@ struct Flow {
     /// In-order mode (SBRP): complete messages waiting for an earlier one,
     /// by message number, with the time they completed.
     held: BTreeMap<u32, (Assembly, u64)>,
+    /// Messages delivered from this source.
+    count: u64,
 }
 
 impl Flow {
@@ -203,6 +205,7 @@ impl Flow {
     /// Records delivery of `seq`; returns (out of order, message numbers
     /// given up on to keep within the reorder window).
     fn deliver(&mut self, seq: u32) -> (bool, u64) {
+        self.count += 1;
         let late = self.highest.is_some_and(|h| seq < h);
         self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
         self.above.insert(seq);
@@ -264,6 +267,11 @@ impl Sink {
     /// until that one is delivered (used with a recovery protocol).
     pub fn set_in_order(&mut self, in_order: bool) {
         self.in_order = in_order;
+    }
+
+    /// Messages delivered from each source.
+    pub fn delivered_from(&self) -> BTreeMap<HostId, u64> {
+        self.flows.iter().map(|(&s, f)| (s, f.count)).collect()
     }
 
     /// Complete messages held back waiting for an earlier one.

@@ -187,6 +187,8 @@ pub struct Source {
     next_arrival: Option<f64>,
     stop_at: Option<u64>,
     next_seq: BTreeMap<HostId, u32>,
+    /// Messages fully sent, per destination (for loss accounting by flow).
+    sent_to: BTreeMap<HostId, u64>,
     /// Messages with packets still to take, oldest first, and how many of
     /// the front message's packets were taken.
     queue: VecDeque<(Message, u32)>,
@@ -250,6 +252,7 @@ impl Source {
             next_arrival: None,
             stop_at: None,
             next_seq: BTreeMap::new(),
+            sent_to: BTreeMap::new(),
             queue: VecDeque::new(),
             front_taken: 0,
             stats: SourceStats::default(),
@@ -267,6 +270,11 @@ impl Source {
 
     pub fn retained(&self) -> &RetainedStore {
         &self.retained
+    }
+
+    /// Messages fully sent to each destination.
+    pub fn sent_to(&self) -> &BTreeMap<HostId, u64> {
+        &self.sent_to
     }
 
     pub fn retained_mut(&mut self) -> &mut RetainedStore {
@@ -405,6 +413,25 @@ impl Source {
         self.stats.flits_sent += packet.len as u64;
         if self.retained.packet_sent(packet.msg.id, now) {
             self.stats.messages_sent += 1;
+            *self.sent_to.entry(packet.msg.dst).or_insert(0) += 1;
+        }
+    }
+
+    /// Records that `packet` left the host, as a recovery protocol sees it
+    /// (SBRP, spec 003): an original packet counts in the statistics even
+    /// when it was stopped mid-way (its flits are the message's; what is
+    /// sent again is recovery overhead, counted by the protocol), and only
+    /// a packet that went out whole completes its message in the retained
+    /// store (a stopped one is completed by its resend).
+    pub fn packet_done(&mut self, packet: &OutPacket, now: u64) {
+        let resend = packet.flags & crate::flit::flags::RETRANSMISSION != 0;
+        if !resend {
+            self.stats.packets_sent += 1;
+            self.stats.flits_sent += packet.len as u64;
+        }
+        if !packet.abort && self.retained.packet_sent(packet.msg.id, now) {
+            self.stats.messages_sent += 1;
+            *self.sent_to.entry(packet.msg.dst).or_insert(0) += 1;
         }
     }
 }

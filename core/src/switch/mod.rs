@@ -194,6 +194,16 @@ pub struct Switch {
     /// input VC (input index `radix * vcs`, which has no link).
     recovery: RecoveryProtocol,
     rrq_pending: VecDeque<Flit>,
+    /// RRQs whose route leads to a dead port: kept until a new table (or
+    /// the port coming back) may route them, then re-injected through the
+    /// local input. Dropping them would lose the recovery they ask for.
+    rrq_parked: VecDeque<Flit>,
+    /// Per output VC (`port * vcs + vc`), the packets whose tail already
+    /// left on it, with the VC's flit count at their tail: spec 003's R-3
+    /// "shadow" of node C. A packet whose tail is among the flits the peer
+    /// has not freed yet may still die on the link (case d: C no longer
+    /// tracks it, and if its head died too nobody else will report it).
+    shadows: Vec<VecDeque<(u64, Tracked)>>,
     sbrp: SbrpSwitchCounters,
 }
 
@@ -208,6 +218,15 @@ pub struct SbrpSwitchCounters {
     pub cut_packets: u64,
     /// RRQs not queued because the queue was full.
     pub rrq_overflow: u64,
+    /// Packets reported from the R-3 shadow: their tail had left, but not
+    /// yet been freed by the peer, when the port died (part of
+    /// `cut_packets`).
+    #[serde(default)]
+    pub shadow_reports: u64,
+    /// RRQs (own or passing through) that found their route dead and
+    /// waited for new tables instead of being dropped.
+    #[serde(default)]
+    pub rrq_parked: u64,
 }
 
 /// RRQs a switch queues at most (a burst of cuts after a node death).
@@ -259,6 +278,8 @@ impl Switch {
             reroute: None,
             recovery: RecoveryProtocol::None,
             rrq_pending: VecDeque::new(),
+            rrq_parked: VecDeque::new(),
+            shadows: vec![VecDeque::new(); cfg.radix * vcs],
             sbrp: SbrpSwitchCounters::default(),
             cfg,
         })
@@ -291,6 +312,14 @@ impl Switch {
     /// Queues a recover request for a packet this switch could not carry
     /// past a dead output (as node C, spec 003 §5.11.2 `FRH_C`).
     fn report_cut(&mut self, t: Tracked) {
+        self.queue_rrq(t, false);
+    }
+
+    /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
+    /// it to the receiver) and queues it, or parks it until new tables when
+    /// `park` (the packet's route is a dead port: a resend sent before the
+    /// tables change would take the same dead route and be cut again).
+    fn queue_rrq(&mut self, t: Tracked, park: bool) {
         if t.is_rrq {
             return;
         }
@@ -304,14 +333,18 @@ impl Switch {
             RecoveryProtocol::Sbrp2 if t.forwarded <= self.max_ca() => t.first_seq,
             RecoveryProtocol::Sbrp2 => return,
         };
-        if self.rrq_pending.len() >= MAX_PENDING_RRQS {
+        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
             self.sbrp.rrq_overflow += 1;
             return;
         }
         self.sbrp.rrq_sent += 1;
-        self.rrq_pending.push_back(sbrp::rrq_flit(
-            t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now,
-        ));
+        let rrq = sbrp::rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now);
+        if park {
+            self.sbrp.rrq_parked += 1;
+            self.rrq_parked.push_back(rrq);
+        } else {
+            self.rrq_pending.push_back(rrq);
+        }
     }
 
     /// Index of the first local input VC (no link behind it).
@@ -342,6 +375,12 @@ impl Switch {
     pub fn install_table(&mut self, table: SwitchTable, policy: VcPolicy) {
         self.table = Some(table);
         self.policy = policy;
+        self.unpark_rrqs();
+    }
+
+    /// Parked RRQs get another chance (new tables, or a port back up).
+    fn unpark_rrqs(&mut self) {
+        self.rrq_pending.extend(self.rrq_parked.drain(..));
     }
 
     fn check_port(&self, port: PortNo) -> Result<usize, SwitchError> {
@@ -371,6 +410,7 @@ impl Switch {
         self.ports[p].link.set_admin_up(up);
         if up {
             self.ports[p].failed = false;
+            self.unpark_rrqs();
             self.push_event(SwitchEvent::PortUp { port });
         } else {
             self.fail_port(p);
@@ -470,6 +510,7 @@ impl Switch {
             match e {
                 LinkEvent::PeerUp => {
                     self.ports[p].failed = false;
+                    self.unpark_rrqs();
                     self.push_event(SwitchEvent::PortUp { port });
                 }
                 LinkEvent::PeerDown => {
@@ -524,6 +565,24 @@ impl Switch {
     /// now on, and what its link still had queued is discarded.
     fn fail_port(&mut self, p: usize) {
         self.ports[p].failed = true;
+        if self.recovery.is_on() {
+            // R-3 (spec 003 §8 item 3): packets whose tail left on this
+            // port but is not yet freed by the peer may be lost with it.
+            let vcs = self.cfg.vcs as usize;
+            let depth = self.cfg.buffer_depth;
+            for vc in 0..vcs {
+                let sent = self.counters.ports[p].vcs[vc].tx_flits;
+                let outstanding = depth.saturating_sub(self.ports[p].link.credits(vc as u8)) as u64;
+                let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
+                for (tail_no, t) in shadows {
+                    if tail_no + outstanding > sent {
+                        self.sbrp.cut_packets += 1;
+                        self.sbrp.shadow_reports += 1;
+                        self.report_cut(t);
+                    }
+                }
+            }
+        }
         let discarded = self.ports[p].link.discard_queued();
         if discarded > 0 {
             self.counters.drops.port_down += discarded as u64;
@@ -922,14 +981,27 @@ impl Switch {
                                 started: false,
                             };
                         }
+                        Decision::Drop(DropReason::PortDown)
+                            if self.recovery.is_on()
+                                && track.is_some_and(|t| t.is_rrq)
+                                && self.rrq_pending.len() + self.rrq_parked.len()
+                                    < MAX_PENDING_RRQS =>
+                        {
+                            // An RRQ toward a dead port (tables not yet
+                            // updated): keep it for the new tables.
+                            let f = self.pop_input(i)?;
+                            self.sbrp.rrq_parked += 1;
+                            self.rrq_parked.push_back(f);
+                        }
                         Decision::Drop(reason) => {
                             let f = self.pop_input(i)?;
                             if reason == DropReason::PortDown && self.recovery.is_on() {
                                 // Its route leads to a dead port and no new
                                 // table avoids it yet: nothing of the packet
-                                // passed, so ask for all of it (from its head).
+                                // passed, so ask for all of it (from its
+                                // head), once the tables have changed.
                                 if let Some(t) = track {
-                                    self.report_cut(t);
+                                    self.queue_rrq(t, true);
                                 }
                             }
                             let (p, vc) = (i / vcs, (i % vcs) as u8);
@@ -1041,9 +1113,11 @@ impl Switch {
         if let Some(t) = self.inputs[i].track.as_mut() {
             t.forwarded += 1;
         }
-        if tail {
-            self.inputs[i].track = None;
-        }
+        let shadow = if tail {
+            self.inputs[i].track.take()
+        } else {
+            None
+        };
         self.inputs[i].state = if f.kind.is_tail() {
             self.outputs.release(out, out_vc);
             InState::Idle
@@ -1061,6 +1135,16 @@ impl Switch {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;
                 c.tx_payload_bytes += bytes;
+                let sent = c.tx_flits;
+                if let Some(t) = shadow.filter(|t| self.recovery.is_on() && !t.is_rrq) {
+                    let depth = self.cfg.buffer_depth as u64;
+                    let q = &mut self.shadows[out * self.cfg.vcs as usize + out_vc as usize];
+                    // Only the last `depth` flits of a VC can be unfreed.
+                    while q.front().is_some_and(|(n, _)| n + depth <= sent) {
+                        q.pop_front();
+                    }
+                    q.push_back((sent, t));
+                }
             }
             Err(_) => {
                 // Only possible if the port went admin down in between.
