@@ -11,7 +11,7 @@
 use crate::events::{EventLog, Record};
 use crate::fabric::Fabric;
 use crate::plot::{self, Marker};
-use crate::report::{FaultTiming, RunReport};
+use crate::report::{self, Drain, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Mechanism, Scenario, Target};
 use crate::session::{traffic_spec, Collected, Session, SessionOptions};
 use crate::up::{compute_routes, TrafficArgs};
@@ -634,7 +634,9 @@ fn accounting(
     killed_capacity: u64,
 ) -> Accounting {
     let mut acc = Accounting {
-        messages_lost: run.totals.messages_lost,
+        // Losses on the flows of cut-off hosts are losses too: each lost
+        // at least one counted flit like any other.
+        messages_lost: run.totals.messages_lost + run.totals.lost_unreachable,
         killed_switch_capacity_flits: killed_capacity,
         ..Accounting::default()
     };
@@ -653,6 +655,36 @@ fn accounting(
         + acc.killed_switch_capacity_flits;
     acc.unaccounted_messages = acc.messages_lost.saturating_sub(acc.accounted_flits);
     acc
+}
+
+/// Hosts cut off from the main part of the fabric at any point of the
+/// schedule: the faults of `actions` are replayed in order (repairs undo
+/// them) and every intermediate state's cut-off hosts are collected.
+fn cut_off_hosts<'a>(
+    topo: &Topology,
+    actions: impl IntoIterator<Item = &'a Action>,
+) -> BTreeSet<NodeRef> {
+    let mut faults = FaultSet::none();
+    let mut cut = BTreeSet::new();
+    for a in actions {
+        match (a.kind, a.target) {
+            (ActionKind::KillLink, Target::Link { link, .. }) => {
+                faults.links.insert(link);
+            }
+            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+                faults.links.remove(&link);
+            }
+            (ActionKind::KillSwitch | ActionKind::SigkillSwitch, Target::Switch(s)) => {
+                faults.switches.insert(s);
+            }
+            (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => {
+                faults.switches.remove(&s);
+            }
+            _ => continue,
+        }
+        cut.extend(report::unreachable_hosts(topo, &faults));
+    }
+    cut
 }
 
 /// Runs `flitctl chaos`.
@@ -683,7 +715,10 @@ pub fn run_scenario(
     metrics: bool,
 ) -> Result<ChaosReport> {
     let f = &scenario.file;
-    let params = f.fabric.params();
+    let mut params = f.fabric.params();
+    // SBRP levels: the daemons run the recovery protocol; the controller
+    // re-routes as with `reroute`.
+    params.recovery = f.mechanism.recovery_protocol();
     let intermediate = match f.mechanism.intermediate() {
         Some(m) => Some(crate::up::IntermediateSetup::new(
             &scenario.topo,
@@ -757,8 +792,22 @@ pub fn run_scenario(
     let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = spawn_sampler(hosts, token, start, stop.clone(), samples.clone());
     let outcome = drive(&mut ctl, scenario, start, params.dead_after_ns);
+    // Hosts cut off at some point of the schedule: their flows are lost by
+    // definition (spec 003 §5.1), and they may never drain.
+    let drain = Drain {
+        until_released: params.recovery.is_on(),
+        unreachable: cut_off_hosts(&topo, ctl.applied.iter().map(|a| &a.action)),
+    };
+    // With a recovery protocol senders hold each message for the hold
+    // window after it (or its last resend) left, and resends after a late
+    // fault may still be on their way: wait for them to let go.
+    let drain_timeout = if drain.until_released {
+        Duration::from_secs(10) + Duration::from_nanos(params.recovery_hold_ns())
+    } else {
+        Duration::from_secs(5)
+    };
     let collected = outcome.and_then(|settled| {
-        let collected = ctl.fabric_collect()?;
+        let collected = ctl.fabric_collect(&drain, drain_timeout)?;
         Ok((settled, collected))
     });
     stop.store(true, Ordering::Relaxed);
@@ -783,6 +832,8 @@ pub fn run_scenario(
         bring_up,
     );
     run.engine = format!("{engine_name} (re-routing: {})", f.mechanism.name());
+    run.account_unreachable(&topo, &collected.hosts, &drain.unreachable);
+    report::save_reports(&run_dir, &topo, &collected.hosts, &collected.switches)?;
     let acc = accounting(&run, &collected, &ctl.retired, ctl.killed_capacity);
     let after_last_action = settled.map(|(at_s, sent, delivered, lost_flits)| AfterLastAction {
         at_s,
@@ -850,11 +901,32 @@ pub fn run_scenario(
 fn verdict(mechanism: Mechanism, run: &RunReport, acc: &Accounting) -> (String, bool) {
     let t = &run.totals;
     if mechanism.promises_delivery() {
-        let kept = run.lossless;
+        // `lossless` after the losses on cut-off hosts' flows were set
+        // apart; nothing may still be held by a reachable sender either.
+        let kept = run.lossless && t.retained == 0 && run.credit_violations == 0;
         return (
             format!(
-                "every message delivered exactly once: {} sent, {} delivered, {} lost, {} duplicated",
-                t.messages_sent, t.messages_delivered, t.messages_lost, t.duplicates
+                "every message delivered exactly once: {} sent, {} delivered, {} lost, {} duplicated, \
+                 {} out of order, {} still held by senders; {} recover requests, {} flits resent, \
+                 {} messages recovered{}",
+                t.messages_sent,
+                t.messages_delivered,
+                t.messages_lost,
+                t.duplicates,
+                t.out_of_order,
+                t.retained,
+                t.recover_requests,
+                t.resent_flits,
+                t.recovered_messages,
+                if run.unreachable_hosts.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} lost to or from cut-off hosts {}, by definition)",
+                        t.lost_unreachable,
+                        run.unreachable_hosts.join(" ")
+                    )
+                }
             ),
             kept,
         );
@@ -934,9 +1006,9 @@ fn drive(
 
 impl Controller<'_> {
     /// Drains in-flight messages (still serving events) and collects.
-    fn fabric_collect(&mut self) -> Result<Collected> {
+    fn fabric_collect(&mut self, drain: &Drain, timeout: Duration) -> Result<Collected> {
         self.serve_until(Instant::now() + Duration::from_millis(200));
-        let hosts = crate::report::drain(&self.fabric, Duration::from_secs(5))?;
+        let hosts = report::drain_until(&self.fabric, timeout, drain)?;
         let switches = self.fabric.reports(false)?;
         Ok(Collected { hosts, switches })
     }
@@ -1004,6 +1076,21 @@ impl fmt::Display for ChaosReport {
             "  recovery    {} re-routes, {} messages retransmitted",
             self.reroutes, self.messages_retransmitted
         )?;
+        if self.mechanism.starts_with("sbrp") {
+            let t = &self.run.totals;
+            writeln!(
+                f,
+                "  sbrp        {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered, {} duplicate flits dropped, {} still held",
+                t.recover_requests,
+                t.rrq_from_switches,
+                t.rrq_from_receivers,
+                t.resent_packets,
+                t.resent_flits,
+                t.recovered_messages,
+                t.duplicate_flits,
+                t.retained
+            )?;
+        }
         for failed in &self.failed_actions {
             writeln!(f, "  FAILED      {failed}")?;
         }
@@ -1097,6 +1184,24 @@ mod tests {
         // Nothing installed: no installation time.
         let t = timings(topo, &applied, &records[..4], 0, &[]);
         assert_eq!(t[0].routes_installed_ms, None);
+    }
+
+    #[test]
+    fn hosts_cut_off_at_any_point_of_the_schedule_are_unreachable() {
+        // A leaf switch dies and comes back: its hosts were cut off in
+        // between. A link between levels cuts nobody off.
+        let s = scenario(
+            "  - {at: 1s, action: kill-link, target: \"s0-1:4\"}\n  - {at: 1.5s, action: kill-switch, target: \"s0-0\"}\n  - {at: 2s, action: restore-switch, target: \"s0-0\"}\n",
+        );
+        let cut = cut_off_hosts(&s.topo, &s.actions);
+        let names: Vec<&str> = cut.iter().map(|&n| s.topo.node_name(n)).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        let leaf = s.topo.find_node("s0-0").unwrap();
+        for &h in &cut {
+            let port = PortRef { node: h, port: 0 };
+            assert_eq!(s.topo.peer(port).unwrap().node, leaf, "{names:?}");
+        }
+        assert!(cut_off_hosts(&s.topo, &s.actions[..1]).is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! topology: ../kary-4-3.yaml        # relative to this file
-//! mechanism: reroute                # reroute | none (sbrp0/1/2, dlr: planned)
+//! mechanism: reroute                # reroute | none | sbrp0/1/2 | i … (dlr: planned)
 //! seed: 1
 //! traffic: {pattern: uniform, load: 0.05, duration: 6s}
 //! fabric: {bandwidth: 20000, dead_after: 300ms}
@@ -22,6 +22,7 @@
 use crate::up::parse_duration;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
+use flitnet_core::host::sbrp::RecoveryProtocol;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
@@ -60,7 +61,10 @@ pub enum Mechanism {
     Reroute,
     /// Leave the tables alone: packets routed to a dead port are dropped.
     None,
-    /// Source-based retransmission (spec 003), levels 0–2: planned.
+    /// Controller re-routing as `reroute`, plus source-based recovery of
+    /// the packets the faults cut (seed 003 SBRP, levels 0–2,
+    /// docs/sbrp.md): the fabric runs with that recovery protocol, and
+    /// every message is promised delivered exactly once.
     Sbrp0,
     Sbrp1,
     Sbrp2,
@@ -137,12 +141,25 @@ impl Mechanism {
     /// Whether the controller acts on detected faults (re-routes the
     /// switches, or pushes the fault set to the hosts).
     pub fn acts_on_faults(self) -> bool {
-        self == Mechanism::Reroute || self.intermediate().is_some()
+        self == Mechanism::Reroute
+            || self.recovery_protocol().is_on()
+            || self.intermediate().is_some()
     }
 
-    /// Whether the mechanism promises every message delivered exactly once.
+    /// The recovery protocol the fabric runs with (SBRP levels only).
+    pub fn recovery_protocol(self) -> RecoveryProtocol {
+        match self {
+            Mechanism::Sbrp0 => RecoveryProtocol::Sbrp0,
+            Mechanism::Sbrp1 => RecoveryProtocol::Sbrp1,
+            Mechanism::Sbrp2 => RecoveryProtocol::Sbrp2,
+            _ => RecoveryProtocol::None,
+        }
+    }
+
+    /// Whether the mechanism promises every message delivered exactly once
+    /// (between hosts the faults never cut off).
     pub fn promises_delivery(self) -> bool {
-        matches!(self, Mechanism::Sbrp1 | Mechanism::Sbrp2)
+        self.recovery_protocol().is_on()
     }
 }
 
@@ -444,15 +461,43 @@ impl Scenario {
             Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
             None => format!("{}: timeline[{i}]", path.display()),
         };
-        if !matches!(file.mechanism, Mechanism::Reroute | Mechanism::None)
-            && file.mechanism.intermediate().is_none()
-        {
+        if file.mechanism == Mechanism::Dlr {
             bail!(
                 "{}: mechanism `{}` is not available in chaos runs yet (use reroute, none, \
-                 or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, d, m, d-m, i-m, i-d-m)",
+                 sbrp0, sbrp1, sbrp2, or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, \
+                 d, m, d-m, i-m, i-d-m)",
                 path.display(),
                 file.mechanism.name()
             );
+        }
+        // SBRP acts on port deaths only: flits a CRC check rejects are lost
+        // silently (spec 003 §8 item 14, docs/sbrp.md), so its promise
+        // cannot hold under `corrupt`.
+        let sbrp = file.mechanism.recovery_protocol().is_on();
+        let corrupt_refused = |what: &str| {
+            anyhow::anyhow!(
+                "{what}: mechanism `{}` cannot recover flits lost to corruption (SBRP acts on \
+                 dead ports only; spec 003 §8 item 14, docs/sbrp.md); use reroute or none for \
+                 corrupt faults",
+                file.mechanism.name()
+            )
+        };
+        if sbrp {
+            if let Some(i) = file
+                .timeline
+                .iter()
+                .position(|e| e.action == ActionKind::Corrupt)
+            {
+                return Err(corrupt_refused(&format!("{}: corrupt", at_entry(i))));
+            }
+            if let Some(r) = &file.random {
+                if r.kinds.contains(&ActionKind::Corrupt) {
+                    return Err(corrupt_refused(&format!(
+                        "{}: random.kinds: corrupt",
+                        path.display()
+                    )));
+                }
+            }
         }
         let topology_path = if file.topology.is_absolute() {
             file.topology.clone()
@@ -758,6 +803,36 @@ mod tests {
         );
         let planned = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
         assert!(format!("{:#}", parse(planned).unwrap_err()).contains("not available"));
+    }
+
+    #[test]
+    fn sbrp_scenarios_re_route_promise_delivery_and_refuse_corruption() {
+        let kill = "timeline:\n  - {at: 1s, action: kill-link, target: \"s0-0:4\"}\n";
+        for (name, protocol) in [
+            ("sbrp0", RecoveryProtocol::Sbrp0),
+            ("sbrp1", RecoveryProtocol::Sbrp1),
+            ("sbrp2", RecoveryProtocol::Sbrp2),
+        ] {
+            let text = format!("topology: ../kary-4-2.yaml\nmechanism: {name}\n{kill}");
+            let s = parse(&text).unwrap();
+            let m = s.file.mechanism;
+            assert_eq!(m.recovery_protocol(), protocol);
+            assert!(m.acts_on_faults() && m.promises_delivery(), "{name}");
+        }
+        assert!(!Mechanism::Reroute.promises_delivery());
+        assert_eq!(
+            Mechanism::Reroute.recovery_protocol(),
+            RecoveryProtocol::None
+        );
+        let corrupt = "topology: ../kary-4-2.yaml\nmechanism: sbrp2\ntimeline:\n  - {at: 1s, action: kill-link, target: \"s0-0:4\"}\n  - {at: 2s, action: corrupt, target: \"s0-0:4\", count: 3}\n";
+        let err = format!("{:#}", parse(corrupt).unwrap_err());
+        assert!(
+            err.contains("x.yaml:5: timeline[1]: corrupt") && err.contains("item 14"),
+            "{err}"
+        );
+        let random = "topology: ../kary-4-2.yaml\nmechanism: sbrp1\nrandom: {rate_per_s: 0.1, seed: 1, kinds: [kill-link, corrupt]}\n";
+        let err = format!("{:#}", parse(random).unwrap_err());
+        assert!(err.contains("random.kinds: corrupt"), "{err}");
     }
 
     #[test]
