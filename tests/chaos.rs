@@ -314,6 +314,78 @@ fn sbrp2_delivers_every_message_exactly_once_across_link_kills_and_a_restore() {
     );
 }
 
+/// A SIGKILLed router of the 4-cube takes its host with it: flows to and
+/// from h10 are lost by definition (spec 003 §5.1) and counted apart; every
+/// other message, including those cut at the dead link and switch, is
+/// delivered exactly once, and no reachable sender still holds anything.
+#[test]
+fn sbrp2_sets_apart_only_the_flows_of_a_killed_routers_host() {
+    let file = scenario(
+        "sbrp-kill",
+        "hypercube-4.yaml",
+        "mechanism: sbrp2\nseed: 3\n\
+         traffic: {pattern: uniform, load: 0.1, message_flits: 32, duration: 4s}\n\
+         fabric: {bandwidth: 20000, dead_after: 300ms, max_packet_flits: 32}\n\
+         timeline:\n\
+         \x20 - {at: 1s, action: kill-link, target: \"r05:2\"}\n\
+         \x20 - {at: 1.5s, action: sigkill-switch, target: \"r10\"}\n\
+         \x20 - {at: 2.5s, action: restore-link, target: \"r05:2\"}\n",
+    );
+    let report = chaos("sbrp-kill", &file);
+    assert_eq!(report["promise_kept"], true, "{}", report["promise"]);
+    let run = &report["run"];
+    assert_eq!(run["unreachable_hosts"], serde_json::json!(["h10"]));
+    let t = &run["totals"];
+    assert!(t["lost_unreachable"].as_u64().unwrap() > 0, "{t:#}");
+    for k in ["messages_lost", "duplicates", "out_of_order", "retained"] {
+        assert_eq!(t[k], 0, "{k}: {t:#}");
+    }
+    assert!(t["recover_requests"].as_u64().unwrap() > 0, "{t:#}");
+    // The cut-off host's losses still count in the accounting.
+    assert_eq!(
+        report["accounting"]["messages_lost"], t["lost_unreachable"],
+        "{report:#}"
+    );
+}
+
+/// Dynamic local rerouting (seed 002) in a chaos run: the switches route
+/// around a dead link and a SIGKILLed switch on their own; the controller
+/// installs nothing; every loss is accounted for.
+#[test]
+fn dlr_switches_route_around_a_dead_link_and_a_killed_switch_on_their_own() {
+    let file = scenario(
+        "dlr",
+        "kary-3-3.yaml",
+        "mechanism: dlr\nseed: 2\n\
+         traffic: {pattern: uniform, load: 0.02, duration: 4s}\n\
+         fabric: {vcs: 3, buffer_depth: 16, bandwidth: 10000, dead_after: 1s}\n\
+         timeline:\n\
+         \x20 - {at: 1s, action: kill-link, target: \"s1-0:3\"}\n\
+         \x20 - {at: 2s, action: sigkill-switch, target: \"s1-4\"}\n",
+    );
+    let report = chaos("dlr", &file);
+    assert_eq!(report["mechanism"], "dlr");
+    assert_eq!(
+        report["reroutes"], 0,
+        "the controller re-routed: {report:#}"
+    );
+    for a in report["actions"].as_array().unwrap() {
+        assert!(a["routes_installed_ms"].is_null(), "{a:#}");
+        assert!(a["detection_ms"].is_number(), "never detected: {a:#}");
+    }
+    assert!(
+        report["local_reroutes"].as_u64().unwrap() > 0,
+        "no switch rerouted: {report:#}"
+    );
+    assert!(
+        report["run"]["totals"]["messages_delivered"]
+            .as_u64()
+            .unwrap()
+            > 1000
+    );
+    assert_losses_accounted(&report);
+}
+
 #[test]
 fn scenarios_with_mistakes_are_refused_before_anything_starts() {
     let cases = [

@@ -130,6 +130,10 @@ pub struct ChaosReport {
     pub messages_retransmitted: u64,
     /// Route recomputations installed during the run.
     pub reroutes: usize,
+    /// Packets the switches re-routed on their own (dynamic local
+    /// rerouting; 0 without it).
+    #[serde(default)]
+    pub local_reroutes: u64,
     /// Actions that could not be carried out, with why.
     pub failed_actions: Vec<String>,
     /// (seconds, delivered flits/s) every 100 ms.
@@ -763,6 +767,13 @@ pub fn run_scenario(
         ..
     } = session;
     let engine_name = tables.engine.clone();
+    // Dynamic local rerouting: the switches handle faults on their own.
+    if let Some(c) = f.mechanism.dlr(&topo)? {
+        // On error the fabric's Drop stops the daemons.
+        crate::up::configure_reroute(&fabric, &topo, c)
+            .context("configuring dynamic local rerouting")?;
+        events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
+    }
     let mut ctl = Controller {
         topo: &topo,
         fabric,
@@ -882,6 +893,11 @@ pub fn run_scenario(
             })
             .sum(),
         reroutes: ctl.reroutes,
+        local_reroutes: collected
+            .switches
+            .iter()
+            .map(|(_, r)| num(&r["reroutes"]))
+            .sum(),
         failed_actions: ctl.failed_actions.clone(),
         throughput,
         plot: plot_path.display().to_string(),
@@ -1073,8 +1089,8 @@ impl fmt::Display for ChaosReport {
         }
         writeln!(
             f,
-            "  recovery    {} re-routes, {} messages retransmitted",
-            self.reroutes, self.messages_retransmitted
+            "  recovery    {} re-routes, {} local reroutes in switches, {} messages retransmitted",
+            self.reroutes, self.local_reroutes, self.messages_retransmitted
         )?;
         if self.mechanism.starts_with("sbrp") {
             let t = &self.run.totals;

@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! topology: ../kary-4-3.yaml        # relative to this file
-//! mechanism: reroute                # reroute | none | sbrp0/1/2 | i … (dlr: planned)
+//! mechanism: reroute                # reroute | none | sbrp0/1/2 | dlr… | i …
 //! seed: 1
 //! traffic: {pattern: uniform, load: 0.05, duration: 6s}
 //! fabric: {bandwidth: 20000, dead_after: 300ms}
@@ -68,8 +68,15 @@ pub enum Mechanism {
     Sbrp0,
     Sbrp1,
     Sbrp2,
-    /// Dynamic local rerouting in the switches (spec 002): planned.
+    /// Dynamic local rerouting in the switches (seed 002, k-ary n-trees
+    /// only, docs/recovery.md): the switches route around faults on their
+    /// own and the controller leaves the tables alone. `dlr` =
+    /// deterministic, link and switch faults (3 VCs); `dlr-link` = link
+    /// faults only (2 VCs); `dlr-adaptive` (1 VC); `dlr-adaptive-link`.
     Dlr,
+    DlrLink,
+    DlrAdaptive,
+    DlrAdaptiveLink,
     /// Seed 004 intermediate nodes (meshes and tori): on every detected
     /// fault the controller pushes the fault set to the hosts, which route
     /// affected pairs through intermediate nodes; switches keep their tables
@@ -107,6 +114,9 @@ impl Mechanism {
             Mechanism::Sbrp1 => "sbrp1",
             Mechanism::Sbrp2 => "sbrp2",
             Mechanism::Dlr => "dlr",
+            Mechanism::DlrLink => "dlr-link",
+            Mechanism::DlrAdaptive => "dlr-adaptive",
+            Mechanism::DlrAdaptiveLink => "dlr-adaptive-link",
             Mechanism::I => "i",
             Mechanism::Ix2 => "ix2",
             Mechanism::Ix3 => "ix3",
@@ -154,6 +164,26 @@ impl Mechanism {
             Mechanism::Sbrp2 => RecoveryProtocol::Sbrp2,
             _ => RecoveryProtocol::None,
         }
+    }
+
+    /// The dynamic local rerouting configuration for `topo` (DLR variants
+    /// only); refuses a topology that is not a k-ary n-tree.
+    pub fn dlr(self, topo: &Topology) -> Result<Option<flitnet_core::recovery::dlr::DlrConfig>> {
+        use crate::up::Mechanism as Up;
+        let up = match self {
+            Mechanism::Dlr => Up::Dlr,
+            Mechanism::DlrLink => Up::DlrLink,
+            Mechanism::DlrAdaptive => Up::DlrAdaptive,
+            Mechanism::DlrAdaptiveLink => Up::DlrAdaptiveLink,
+            _ => return Ok(None),
+        };
+        up.dlr(topo).map_err(|_| {
+            anyhow::anyhow!(
+                "mechanism `{}`: dynamic local rerouting needs a k-ary n-tree, `{}` is not one",
+                self.name(),
+                topo.name
+            )
+        })
     }
 
     /// Whether the mechanism promises every message delivered exactly once
@@ -461,15 +491,6 @@ impl Scenario {
             Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
             None => format!("{}: timeline[{i}]", path.display()),
         };
-        if file.mechanism == Mechanism::Dlr {
-            bail!(
-                "{}: mechanism `{}` is not available in chaos runs yet (use reroute, none, \
-                 sbrp0, sbrp1, sbrp2, or an intermediate-node variant: i, ix2, ix3, i-d, ix2-d, \
-                 d, m, d-m, i-m, i-d-m)",
-                path.display(),
-                file.mechanism.name()
-            );
-        }
         // SBRP acts on port deaths only: flits a CRC check rejects are lost
         // silently (spec 003 §8 item 14, docs/sbrp.md), so its promise
         // cannot hold under `corrupt`.
@@ -506,6 +527,21 @@ impl Scenario {
         };
         let topo = crate::topo::load(&topology_path)
             .with_context(|| format!("{}: topology", path.display()))?;
+        if let Some(c) = file
+            .mechanism
+            .dlr(&topo)
+            .with_context(|| path.display().to_string())?
+        {
+            if c.vcs_needed() > file.fabric.vcs {
+                bail!(
+                    "{}: mechanism `{}` needs {} virtual channels; set fabric.vcs: {}",
+                    path.display(),
+                    file.mechanism.name(),
+                    c.vcs_needed(),
+                    c.vcs_needed()
+                );
+            }
+        }
         let duration = file.traffic.duration.0;
         if duration.is_zero() {
             bail!("{}: traffic.duration must be positive", path.display());
@@ -801,8 +837,13 @@ mod tests {
             err.contains("unknown variant `magic`") && err.contains("line 2"),
             "{err}"
         );
-        let planned = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
-        assert!(format!("{:#}", parse(planned).unwrap_err()).contains("not available"));
+        let few_vcs = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
+        assert!(format!("{:#}", parse(few_vcs).unwrap_err()).contains("set fabric.vcs: 3"));
+        let dlr = "topology: ../kary-4-2.yaml\nmechanism: dlr-link\nfabric: {vcs: 2}\n";
+        let m = parse(dlr).unwrap().file.mechanism;
+        assert!(!m.acts_on_faults() && !m.promises_delivery());
+        let not_a_tree = "topology: ../hypercube-4.yaml\nmechanism: dlr-adaptive\n";
+        assert!(format!("{:#}", parse(not_a_tree).unwrap_err()).contains("needs a k-ary n-tree"));
     }
 
     #[test]

@@ -296,7 +296,7 @@ impl Mechanism {
 }
 
 /// Turns dynamic local rerouting on in every switch (seed 002).
-fn configure_reroute(fabric: &Fabric, topo: &Topology, cfg: DlrConfig) -> Result<()> {
+pub fn configure_reroute(fabric: &Fabric, topo: &Topology, cfg: DlrConfig) -> Result<()> {
     for s in 0..topo.num_switches() as u32 {
         // Checks the switch's place in the tree before any daemon sees it.
         DlrSwitch::from_topology(cfg, topo, s)?;
