@@ -20,7 +20,7 @@
 //! one thread per receiver, which a single-threaded ppoll loop with
 //! hundreds of daemons on two cores cannot afford.
 
-use crate::transport::{TransportCounters, RECV_SLOTS, SEND_BATCH};
+use crate::transport::{sendmmsg_outcome, SendOutcome, TransportCounters, RECV_SLOTS, SEND_BATCH};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{parse_mac, PortPeer, ETHERTYPE_FLITNET};
 use flitnet_core::topology::PortNo;
@@ -634,29 +634,17 @@ impl EthernetTransport {
                     0,
                 )
             };
-            self.counters.tx_syscalls += 1;
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => {
-                        self.counters.would_block += 1;
-                        self.set_tx_watch(true);
-                        return taken;
-                    }
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        // ENETDOWN (the interface is down: a pulled cable)
-                        // or ENOBUFS (the peer's backlog is full): this
-                        // frame is lost on the wire, which the link layer
-                        // detects and counts.
-                        self.counters.send_errors += 1;
-                        tracing::debug!(port = ports[taken], error = %e, "sendmmsg failed");
-                        taken += 1;
-                    }
+            // Another error is ENETDOWN (the interface is down: a pulled
+            // cable) or ENOBUFS (the peer's backlog is full): that frame is
+            // lost on the wire, which the link layer detects and counts.
+            match sendmmsg_outcome(rc, &mut self.counters, ports[taken]) {
+                SendOutcome::Sent(k) => taken += k,
+                SendOutcome::Full => {
+                    self.set_tx_watch(true);
+                    return taken;
                 }
-            } else {
-                self.counters.tx_datagrams += rc as u64;
-                taken += rc as usize;
+                SendOutcome::Retry => continue,
+                SendOutcome::LostOne => taken += 1,
             }
         }
         taken

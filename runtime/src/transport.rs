@@ -382,29 +382,58 @@ impl UdpTransport {
                     0,
                 )
             };
-            self.counters.tx_syscalls += 1;
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => {
-                        self.counters.would_block += 1;
-                        return taken;
-                    }
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        // A dead peer's ICMP error: this datagram is lost on
-                        // the wire, which the link layer detects and counts.
-                        self.counters.send_errors += 1;
-                        tracing::debug!(port = ports[taken], error = %e, "sendmmsg failed");
-                        taken += 1;
-                    }
-                }
-            } else {
-                self.counters.tx_datagrams += rc as u64;
-                taken += rc as usize;
+            // An error other than a full buffer is a dead peer's ICMP
+            // error: that datagram is lost on the wire, which the link
+            // layer detects and counts.
+            match sendmmsg_outcome(rc, &mut self.counters, ports[taken]) {
+                SendOutcome::Sent(k) => taken += k,
+                SendOutcome::Full => return taken,
+                SendOutcome::Retry => continue,
+                SendOutcome::LostOne => taken += 1,
             }
         }
         taken
+    }
+}
+
+/// What one `sendmmsg(2)` call did to the head of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendOutcome {
+    /// This many messages left.
+    Sent(usize),
+    /// The socket buffer is full: keep the rest until it is writable.
+    Full,
+    /// Interrupted by a signal: call again.
+    Retry,
+    /// The first message failed for good (counted as a send error).
+    LostOne,
+}
+
+/// Classifies `sendmmsg`'s return value `rc` (reading `errno` when it is
+/// negative) and counts it, for both transports; `port` names the first
+/// message's port in the log line of a failure.
+pub(crate) fn sendmmsg_outcome(
+    rc: libc::c_int,
+    counters: &mut TransportCounters,
+    port: PortNo,
+) -> SendOutcome {
+    counters.tx_syscalls += 1;
+    if rc >= 0 {
+        counters.tx_datagrams += rc as u64;
+        return SendOutcome::Sent(rc as usize);
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock => {
+            counters.would_block += 1;
+            SendOutcome::Full
+        }
+        io::ErrorKind::Interrupted => SendOutcome::Retry,
+        _ => {
+            counters.send_errors += 1;
+            tracing::debug!(port, error = %e, "sendmmsg failed");
+            SendOutcome::LostOne
+        }
     }
 }
 
