@@ -33,6 +33,47 @@ use crate::routing::ft2ei::{add_exclusion_to, arcs_of};
 use crate::routing::interval::{CyclicInterval, KaryTree};
 use crate::topology::{HostId, PortNo, SwitchId};
 
+/// What the controller tells every switch to turn the protocol on: the
+/// tree and the exclusion slots per up port (the switch's id is its place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Ft2eiDynConfig {
+    pub k: u32,
+    pub n: u32,
+    pub n_ei: usize,
+    /// Deflect packets caught by the fault down an emergency path (§4.6
+    /// option 2, the thesis's recommendation); `false` drops them (option
+    /// 1, recovery left to a higher level).
+    #[serde(default = "yes")]
+    pub emergency: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Ft2eiDynConfig {
+    pub fn tree(&self) -> KaryTree {
+        KaryTree {
+            k: self.k,
+            n: self.n,
+        }
+    }
+    /// The state of switch `id`, or why this configuration cannot run.
+    pub fn switch(&self, id: SwitchId) -> Result<Ft2eiDynSwitch, DynError> {
+        let t = self.tree();
+        if t.k < 2 || t.n < 1 || id >= t.switches() {
+            return Err(DynError::NotInTree {
+                switch: id,
+                k: t.k,
+                n: t.n,
+            });
+        }
+        let mut s = Ft2eiDynSwitch::new(t, id, self.n_ei)?;
+        s.emergency = self.emergency;
+        Ok(s)
+    }
+}
+
 /// The control packet `CTRL{FaultySwitch, ELIB, EUIB}` (§4.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ctrl {
@@ -100,6 +141,8 @@ pub enum DynError {
          cannot climb, fault combination not tolerated"
     )]
     NoCtrlPath { switch: SwitchId },
+    #[error("switch {switch} is not a switch of a {k}-ary {n}-tree")]
+    NotInTree { switch: SwitchId, k: u32, n: u32 },
     #[error("switch {switch}: n_ei = 0, at least one exclusion interval per up port is needed")]
     NoExclusionSlots { switch: SwitchId },
 }
@@ -132,6 +175,8 @@ pub struct Ft2eiDynSwitch {
     dead: Vec<bool>,
     /// Exclusion updates applied (local faults and received CTRLs).
     updates: u64,
+    /// Emergency paths on (see [`Ft2eiDynConfig::emergency`]).
+    emergency: bool,
 }
 
 impl Ft2eiDynSwitch {
@@ -148,6 +193,7 @@ impl Ft2eiDynSwitch {
             announced: vec![false; tree.hosts() as usize],
             dead: vec![false; 2 * tree.k as usize],
             updates: 0,
+            emergency: true,
         })
     }
 
@@ -382,7 +428,7 @@ impl Ft2eiDynSwitch {
             if !self.dead[p as usize] {
                 return DynRoute::Ports(vec![p]);
             }
-            if self.stage() == 0 {
+            if self.stage() == 0 || !self.emergency {
                 return DynRoute::None;
             }
             // Emergency path: the next live down port after p (cyclic), never
@@ -651,6 +697,17 @@ mod tests {
             Err(DynError::HostLink { host: 1, .. })
         ));
         assert_eq!(leaf.route(1, 0, false), DynRoute::None);
+        // Without emergency paths the packet has nowhere to go.
+        let cfg = Ft2eiDynConfig {
+            k: 2,
+            n: 3,
+            n_ei: 2,
+            emergency: false,
+        };
+        let mut x = cfg.switch(6).unwrap();
+        x.on_local_fault(1).unwrap();
+        assert_eq!(x.route(7, 2, false), DynRoute::None);
+        assert!(matches!(cfg.switch(12), Err(DynError::NotInTree { .. })));
     }
 
     #[test]
