@@ -225,6 +225,9 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::link::{Link, LinkConfig};
+    use crate::recovery::ft2ei_dyn::Ft2eiDynConfig;
+    use crate::switch::SwitchConfig;
 
     #[test]
     fn ctrl_payload_round_trips_and_rejects_bad_lengths() {
@@ -238,5 +241,176 @@ mod tests {
         let f = ctrl_flit(c, 5);
         assert!(f.flags & flags::FT2EI_CTRL != 0);
         assert!(f.kind.is_head() && f.kind.is_tail());
+    }
+
+    fn link_cfg() -> LinkConfig {
+        LinkConfig {
+            vcs: 1,
+            buffer_depth: 4,
+            bandwidth_flits_per_s: None,
+            propagation_ns: 0,
+            ..LinkConfig::default()
+        }
+    }
+
+    /// One switch of the 2-ary 3-tree with the protocol on and a peer link
+    /// per port.
+    struct Rig {
+        sw: Switch,
+        peers: Vec<Link>,
+        now: u64,
+    }
+
+    fn rig(id: u32, emergency: bool) -> Rig {
+        let mut sw = Switch::new(SwitchConfig {
+            radix: 4,
+            vcs: 1,
+            buffer_depth: 4,
+            link: link_cfg(),
+            ..SwitchConfig::default()
+        })
+        .unwrap();
+        let cfg = Ft2eiDynConfig {
+            k: 2,
+            n: 3,
+            n_ei: 2,
+            emergency,
+        };
+        sw.set_ft2ei_dyn(Some(cfg.switch(id).unwrap())).unwrap();
+        let peers = (0..4)
+            .map(|p| Link::with_epoch(link_cfg(), 10 + p as u16).unwrap())
+            .collect();
+        Rig { sw, peers, now: 1 }
+    }
+
+    impl Rig {
+        /// Sends `f` into `port` (if any), runs the switch a while and
+        /// returns every flit it sent, with its port.
+        fn run(&mut self, input: Option<(usize, Flit)>) -> Vec<(PortNo, Flit)> {
+            if let Some((port, f)) = input {
+                self.peers[port].send(f).unwrap();
+            }
+            let mut got = Vec::new();
+            let mut buf = Vec::new();
+            for _ in 0..20 {
+                self.now += 1_000;
+                for (p, peer) in self.peers.iter_mut().enumerate() {
+                    peer.handle_timeout(self.now);
+                    buf.clear();
+                    while peer.poll_transmit(self.now, &mut buf) {
+                        let _ = self.sw.handle_datagram_slice(self.now, p as PortNo, &buf);
+                        buf.clear();
+                    }
+                }
+                self.sw.handle_timeout(self.now);
+                buf.clear();
+                while let Some(p) = self.sw.poll_transmit(self.now, &mut buf) {
+                    let _ = self.peers[p as usize].handle_datagram_slice(self.now, &buf);
+                    buf.clear();
+                }
+                for (p, peer) in self.peers.iter_mut().enumerate() {
+                    while let Some(f) = peer.poll_received() {
+                        peer.release(f.vc, 1).unwrap();
+                        got.push((p as PortNo, f));
+                    }
+                }
+            }
+            got
+        }
+    }
+
+    fn data(dst: u32, route_flags: u8) -> Flit {
+        Flit {
+            kind: FlitKind::HeadTail,
+            vc: 0,
+            flags: 0,
+            msg: 1,
+            packet: 0,
+            seq: 0,
+            head: Some(Head {
+                dst,
+                msg_flits: 1,
+                route_flags,
+                ..Head::default()
+            }),
+            payload: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn the_faulty_switch_sends_ctrl_up_and_deflects_caught_packets() {
+        // Switch 6 = ⟨1,10⟩ loses down link 1 (nodes 6, 7, §4.5 Fig 3.8).
+        let mut r = rig(6, true);
+        r.sw.set_port_admin(1, false).unwrap();
+        let out = r.run(None);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let (port, f) = &out[0];
+        assert_eq!(*port, 2, "one up port without exclusions");
+        assert!(f.flags & flags::FT2EI_CTRL != 0);
+        assert_eq!(
+            decode_ctrl(&f.payload),
+            Some(Ctrl {
+                faulty: 6,
+                elib: 6,
+                euib: 7
+            })
+        );
+        assert_eq!(r.sw.counters().ft2ei.ctrl_sent, 1);
+        // A packet for 7 coming down from switch 8 (port 2): emergency path.
+        let out = r.run(Some((2, data(7, 0))));
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, 0, "deflected down the other live down port");
+        let h = out[0].1.head.as_ref().unwrap();
+        assert!(h.route_flags & route_flags::DEFLECTED != 0);
+        assert_eq!(r.sw.counters().ft2ei.deflections, 1);
+        assert_eq!(r.sw.counters().drops.total(), 0);
+        // Without emergency paths the same packet is dropped.
+        let mut d = rig(6, false);
+        d.sw.set_port_admin(1, false).unwrap();
+        d.run(None);
+        assert!(d.run(Some((2, data(7, 0)))).is_empty());
+        assert_eq!(d.sw.counters().drops.no_route, 1);
+    }
+
+    #[test]
+    fn a_target_switch_applies_the_exclusion_and_a_deflected_packet_does_not_go_back() {
+        // Leaf 2 = ⟨0,10⟩ under switch 6 (port 2) and switch 7 (port 3).
+        let mut r = rig(2, true);
+        // Before any update, a deflected packet for 7 arriving from 6 must
+        // not be sent back to 6.
+        for _ in 0..4 {
+            let out = r.run(Some((2, data(7, route_flags::DEFLECTED))));
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].0, 3, "never back up the arrival port");
+            let h = out[0].1.head.as_ref().unwrap();
+            assert_eq!(h.route_flags & route_flags::DEFLECTED, 0, "tag cleared");
+        }
+        // The CTRL comes down from 6: [6..7] excluded on port 2, consumed.
+        let c = Ctrl {
+            faulty: 6,
+            elib: 6,
+            euib: 7,
+        };
+        let out = r.run(Some((2, ctrl_flit(c, 0))));
+        assert!(out.is_empty(), "consumed, no cascade: {out:?}");
+        let s = r.sw.ft2ei_dyn().unwrap();
+        assert_eq!(
+            s.exclusions(2),
+            &[crate::routing::interval::CyclicInterval::new(6, 7)]
+        );
+        assert_eq!(r.sw.counters().ft2ei.ctrl_received, 1);
+        assert_eq!(r.sw.counters().ft2ei.exclusion_updates, 1);
+        // Now untagged packets for 6..7 never take port 2 either.
+        for _ in 0..4 {
+            let out = r.run(Some((0, data(6, 0))));
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].0, 3);
+        }
+        // A malformed CTRL is counted, not forwarded.
+        let mut bad = ctrl_flit(c, 0);
+        bad.payload = Bytes::from_static(&[1, 2, 3]);
+        assert!(r.run(Some((2, bad))).is_empty());
+        assert_eq!(r.sw.counters().ft2ei.errors, 1);
+        assert!(r.sw.take_ft2ei_error().unwrap().contains("3-byte payload"));
     }
 }
