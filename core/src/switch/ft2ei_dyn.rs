@@ -145,6 +145,12 @@ impl Switch {
         let Some(s) = self.ft2ei.as_mut() else {
             return;
         };
+        let t = s.tree();
+        if t.is_top(s.id()) && p as u32 >= t.k {
+            // A top switch's up ports are not cabled in a k-ary n-tree:
+            // nothing the protocol needs to know.
+            return;
+        }
         let before = s.updates();
         let r = s.on_local_fault(p as PortNo);
         if self.counters.ft2ei.fault_ns == 0 {
@@ -370,6 +376,24 @@ mod tests {
         d.run(None);
         assert!(d.run(Some((2, data(7, 0)))).is_empty());
         assert_eq!(d.sw.counters().drops.no_route, 1);
+        // A top switch's uncabled up port going down is no fault.
+        let mut top = rig(8, true);
+        top.sw.set_port_admin(3, false).unwrap();
+        assert!(top.run(None).is_empty());
+        assert_eq!(top.sw.counters().ft2ei.errors, 0);
+        // Its down port 0 (to switch 4, nodes 0..3): flooded on port 1.
+        top.sw.set_port_admin(0, false).unwrap();
+        let out = top.run(None);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 1);
+        assert_eq!(
+            decode_ctrl(&out[0].1.payload),
+            Some(Ctrl {
+                faulty: 8,
+                elib: 0,
+                euib: 3
+            })
+        );
     }
 
     #[test]
