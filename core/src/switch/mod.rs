@@ -1103,8 +1103,21 @@ impl Switch {
             scan_all |= self.feed_local_input();
             next.clear();
             if scan_all {
+                // Dynamic FT²EI control packets (local input) get the first
+                // claim on an output VC that is free: the non-preemptive
+                // priority of seed 000 §4.5 (a port already carrying a
+                // packet is never pre-empted).
+                let l = self.local_input();
+                let ctrl_first = self.ft2ei.is_some();
+                if ctrl_first {
+                    for i in l..self.inputs.len() {
+                        self.examine(i, &mut next);
+                    }
+                }
                 for i in 0..self.inputs.len() {
-                    self.examine(i, &mut next);
+                    if !(ctrl_first && i >= l) {
+                        self.examine(i, &mut next);
+                    }
                 }
             } else {
                 for &i in &requesters {
