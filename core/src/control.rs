@@ -433,6 +433,13 @@ pub enum Request {
         #[serde(default)]
         label: Vec<u32>,
     },
+    /// Turn dynamic FT²EI (seed 000 §4.5) on (`config` set) or off on a
+    /// switch of a k-ary n-tree: the switch then routes with its own
+    /// exclusion registers and updates them by control packets when a
+    /// link dies, with no controller.
+    ConfigureFt2eiDyn {
+        config: Option<crate::recovery::ft2ei_dyn::Ft2eiDynConfig>,
+    },
     /// Seed 004 (hosts only): the faults of a mesh/torus fabric whose
     /// switches run [`VcPolicy::Legs`] with `legs` escape virtual networks.
     /// The host plans, per destination, a route avoiding every fault with

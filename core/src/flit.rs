@@ -38,6 +38,10 @@ pub mod flags {
     pub const RECOVER_REQUEST: u8 = 1 << 2;
     /// This packet is a retransmission.
     pub const RETRANSMISSION: u8 = 1 << 3;
+    /// A one-flit dynamic FT²EI control packet `CTRL{FaultySwitch, ELIB,
+    /// EUIB}` (seed 000 §4.5) between neighbouring switches; its payload
+    /// is the three fields as u32 little-endian. Never reaches a host.
+    pub const FT2EI_CTRL: u8 = 1 << 4;
 }
 
 /// Per-packet routing flags carried in the head (seed 004 §3.5, §3.10).
@@ -52,6 +56,10 @@ pub mod route_flags {
     pub const DETERMINISTIC: u8 = 0x0F;
     /// Seed 004's M: the head carries misroute runs ([`super::Head::runs`]).
     pub const MISROUTE: u8 = 1 << 4;
+    /// Seed 000 §4.6: the previous switch deflected this packet down an
+    /// emergency path; the receiving switch must not send it back up the
+    /// port it arrived on (and clears the bit when it forwards it).
+    pub const DEFLECTED: u8 = 1 << 5;
 
     /// The D bit of leg `leg` (0..=3, one more than
     /// [`super::MAX_INTERMEDIATES`]).

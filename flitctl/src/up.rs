@@ -12,6 +12,7 @@ use clap::Args;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchingMode};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
+use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
@@ -179,7 +180,12 @@ pub struct UpArgs {
     /// (k-ary n-trees only): `dlr` = dynamic local rerouting, deterministic,
     /// link and switch faults (3 VCs); `dlr-link` = link faults only (2 VCs);
     /// `dlr-adaptive` = adaptive, link and switch faults (1 VC);
-    /// `dlr-adaptive-link`; `none` = drop packets for dead ports.
+    /// `dlr-adaptive-link`; `ft2ei-dyn` = seed 000's dynamic FT²EI: the
+    /// switches exclude the dead link's destinations by control packets
+    /// among themselves and deflect packets caught in between down an
+    /// emergency path (needs `--engine ft2ei --recovery none`);
+    /// `ft2ei-dyn-drop` = the same without emergency paths;
+    /// `none` = drop packets for dead ports.
     /// Meshes and tori: seed 004's intermediate nodes, chosen by the hosts
     /// from the fault set the controller pushes them (`i`, `ix2`, `ix3`,
     /// `i-d`, `ix2-d`, `d`, `m`, `d-m`, `i-m`, `i-d-m`; docs/recovery.md):
@@ -223,6 +229,13 @@ pub enum Mechanism {
     DlrLink,
     DlrAdaptive,
     DlrAdaptiveLink,
+    /// Seed 000 dynamic FT²EI (exclusion intervals by control packets).
+    #[value(name = "ft2ei-dyn")]
+    Ft2eiDyn,
+    /// Dynamic FT²EI without emergency paths: packets caught between the
+    /// fault and their switch's update are dropped.
+    #[value(name = "ft2ei-dyn-drop")]
+    Ft2eiDynDrop,
     /// Seed 004 I: one intermediate node, adaptive legs.
     #[value(name = "i")]
     I,
@@ -278,7 +291,7 @@ impl Mechanism {
         use flitnet_core::topology::Family;
         let (variant, faults) = match self {
             m if m.intermediate().is_some() => return Ok(None),
-            Mechanism::None => return Ok(None),
+            Mechanism::None | Mechanism::Ft2eiDyn | Mechanism::Ft2eiDynDrop => return Ok(None),
             Mechanism::Dlr => (DlrVariant::Deterministic, DlrFaults::Switch),
             Mechanism::DlrLink => (DlrVariant::Deterministic, DlrFaults::Link),
             Mechanism::DlrAdaptive => (DlrVariant::Adaptive, DlrFaults::Switch),
@@ -292,6 +305,96 @@ impl Mechanism {
             );
         };
         Ok(Some(DlrConfig::new(k, n, variant, faults)))
+    }
+}
+
+impl Mechanism {
+    /// The dynamic FT²EI configuration for `topo`, if this is `ft2ei-dyn`.
+    pub fn ft2ei_dyn(self, topo: &Topology, args: &UpArgs) -> Result<Option<Ft2eiDynConfig>> {
+        use flitnet_core::topology::Family;
+        let emergency = match self {
+            Mechanism::Ft2eiDyn => true,
+            Mechanism::Ft2eiDynDrop => false,
+            _ => return Ok(None),
+        };
+        let Family::KaryNTree { k, n } = topo.family else {
+            bail!(
+                "--mechanism ft2ei-dyn needs a k-ary n-tree, `{}` is not one",
+                topo.name
+            );
+        };
+        if args.engine != "ft2ei" || args.tables.is_some() {
+            bail!(
+                "--mechanism ft2ei-dyn routes with the FT²EI interval tables: run with \
+                 --engine ft2ei and no --tables"
+            );
+        }
+        if args.recovery != Recovery::None {
+            bail!(
+                "--mechanism ft2ei-dyn reconfigures the switches by itself: run with \
+                 --recovery none (a controller re-route would hide it)"
+            );
+        }
+        // "Two exclusion intervals are enough" (seed 000 §6.3), as the engine.
+        Ok(Some(Ft2eiDynConfig {
+            k,
+            n,
+            n_ei: 2,
+            emergency,
+        }))
+    }
+}
+
+/// Turns dynamic FT²EI on in every switch (seed 000 §4.5).
+fn configure_ft2ei_dyn(fabric: &Fabric, cfg: Ft2eiDynConfig) -> Result<()> {
+    fabric.broadcast(
+        |n| matches!(n, NodeRef::Switch(_)),
+        |_| Request::ConfigureFt2eiDyn { config: Some(cfg) },
+    )?;
+    Ok(())
+}
+
+/// What dynamic FT²EI did over the run, summed over the switches.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Ft2eiDynReport {
+    pub ctrl_sent: u64,
+    pub ctrl_received: u64,
+    pub ctrl_dropped: u64,
+    pub exclusion_updates: u64,
+    pub deflections: u64,
+    pub errors: u64,
+    /// Switches that applied at least one exclusion update.
+    pub switches_updated: u64,
+    /// First fault detection to the last exclusion update anywhere (the
+    /// daemons share CLOCK_MONOTONIC), if both happened.
+    pub reconfiguration_ns: Option<u64>,
+}
+
+impl Ft2eiDynReport {
+    fn from_switches(reports: &[(NodeRef, serde_json::Value)]) -> Self {
+        let mut r = Ft2eiDynReport::default();
+        let (mut first_fault, mut last_update) = (u64::MAX, 0u64);
+        for (_, v) in reports {
+            let f = &v["ft2ei"];
+            let g = |k: &str| f[k].as_u64().unwrap_or(0);
+            r.ctrl_sent += g("ctrl_sent");
+            r.ctrl_received += g("ctrl_received");
+            r.ctrl_dropped += g("ctrl_dropped");
+            r.exclusion_updates += g("exclusion_updates");
+            r.deflections += g("deflections");
+            r.errors += g("errors");
+            if g("exclusion_updates") > 0 {
+                r.switches_updated += 1;
+                last_update = last_update.max(g("last_update_ns"));
+            }
+            if g("fault_ns") > 0 {
+                first_fault = first_fault.min(g("fault_ns"));
+            }
+        }
+        if first_fault != u64::MAX && last_update >= first_fault {
+            r.reconfiguration_ns = Some(last_update - first_fault);
+        }
+        r
     }
 }
 
@@ -546,6 +649,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         reroutes,
         dlr,
         intermediate,
+        ft2ei,
     } = execute(&args)?;
     if args.json {
         let mut json = serde_json::to_value(&run)?;
@@ -554,11 +658,27 @@ pub fn run(args: UpArgs) -> Result<()> {
         if let Some(r) = &intermediate {
             json["intermediate"] = r.clone();
         }
+        if let Some(r) = &ft2ei {
+            json["ft2ei"] = serde_json::to_value(r)?;
+        }
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{run}");
         if dlr {
             println!("local reroutes: {reroutes}");
+        }
+        if let Some(r) = &ft2ei {
+            println!(
+                "dynamic FT²EI: {} control packets sent, {} exclusion updates on {} switches, \
+                 {} emergency deflections, {} errors, reconfiguration {}",
+                r.ctrl_sent,
+                r.exclusion_updates,
+                r.switches_updated,
+                r.deflections,
+                r.errors,
+                r.reconfiguration_ns
+                    .map_or("n/a".to_string(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
+            );
         }
         if let Some(r) = &intermediate {
             println!(
@@ -583,6 +703,8 @@ pub struct UpOutcome {
     pub dlr: bool,
     /// The intermediate-node report (seed 004 mechanisms only).
     pub intermediate: Option<serde_json::Value>,
+    /// The dynamic FT²EI report (`--mechanism ft2ei-dyn` only).
+    pub ft2ei: Option<Ft2eiDynReport>,
 }
 
 /// Brings the fabric up, runs the traffic and the fault, and returns what
@@ -631,6 +753,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         },
     };
     let dlr = args.mechanism.dlr(&topo)?;
+    let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo, args)?;
     let mut inodes = inodes;
     if let Some(c) = dlr {
         if c.vcs_needed() > args.fabric.vcs {
@@ -652,6 +775,10 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     if let Some(c) = dlr {
         configure_reroute(&fabric, &topo, c)?;
         events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
+    }
+    if let Some(c) = ft2ei_dyn {
+        configure_ft2ei_dyn(&fabric, c)?;
+        events.record(serde_json::json!({"event": "ft2ei-dyn-configured", "config": c}));
     }
     let spec = traffic_spec(&args.traffic, args.seed);
     fabric.start_traffic(&spec)?;
@@ -757,6 +884,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .map(|(_, r)| r["reroutes"].as_u64().unwrap_or(0))
         .sum();
     let intermediate = inodes.as_ref().map(|i| i.report(&switch_reports, &reports));
+    let ft2ei = ft2ei_dyn.map(|_| Ft2eiDynReport::from_switches(&switch_reports));
     let mut run = RunReport::build(
         &topo,
         &tables.engine,
@@ -773,6 +901,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         reroutes,
         dlr: dlr.is_some(),
         intermediate,
+        ft2ei,
     })
 }
 

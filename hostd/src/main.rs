@@ -164,7 +164,9 @@ impl Node for HostNode {
                 "{}: corruption is injected on switch ports only",
                 self.name
             )),
-            Request::InstallTable { .. } | Request::ConfigureReroute { .. } => {
+            Request::InstallTable { .. }
+            | Request::ConfigureReroute { .. }
+            | Request::ConfigureFt2eiDyn { .. } => {
                 Response::error(format!("{}: a host has no forwarding table", self.name))
             }
             Request::SetIntermediateRoutes {

@@ -154,6 +154,23 @@ impl Node for SwitchNode {
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
                 }
             }
+            Request::ConfigureFt2eiDyn { config } => {
+                let state = match config {
+                    None => None,
+                    Some(c) => match c.switch(self.id) {
+                        Ok(s) => Some(s),
+                        Err(e) => return Response::error(format!("{}: {e}", self.name)),
+                    },
+                };
+                let on = state.is_some();
+                match self.switch.set_ft2ei_dyn(state) {
+                    Ok(()) => {
+                        tracing::info!(on, "dynamic FT²EI configured");
+                        Response::ok()
+                    }
+                    Err(e) => Response::error(format!("{}: {e}", self.name)),
+                }
+            }
             Request::SetPort { port, up } => match self.switch.set_port_admin(port, up) {
                 Ok(()) => {
                     tracing::info!(port, up, "port set by the controller");
@@ -215,6 +232,9 @@ impl Node for SwitchNode {
     }
 
     fn after_io(&mut self, now: u64) {
+        if let Some(e) = self.switch.take_ft2ei_error() {
+            tracing::warn!("dynamic FT²EI: {e}");
+        }
         while let Some(ev) = self.switch.poll_event() {
             match ev {
                 SwitchEvent::PortDown { port, admin } => {
@@ -298,6 +318,11 @@ impl Node for SwitchNode {
         counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())
             .absolute(c.intermediate_pops);
         counter!("flitnet_misroute_hops_total", "switch" => sw.clone()).absolute(c.misroute_hops);
+        let f = &c.ft2ei;
+        counter!("flitnet_ft2ei_ctrl_sent_total", "switch" => sw.clone()).absolute(f.ctrl_sent);
+        counter!("flitnet_ft2ei_exclusion_updates_total", "switch" => sw.clone())
+            .absolute(f.exclusion_updates);
+        counter!("flitnet_ft2ei_deflections_total", "switch" => sw.clone()).absolute(f.deflections);
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }
 }
@@ -336,6 +361,18 @@ fn describe_metrics() {
         (
             "flitnet_reroutes_total",
             "Packets sent around a dead port by dynamic local rerouting.",
+        ),
+        (
+            "flitnet_ft2ei_ctrl_sent_total",
+            "Dynamic FT²EI control packets sent (seed 000 §4.5).",
+        ),
+        (
+            "flitnet_ft2ei_exclusion_updates_total",
+            "Exclusion-interval updates applied by dynamic FT²EI.",
+        ),
+        (
+            "flitnet_ft2ei_deflections_total",
+            "Packets sent down an FT²EI emergency path (seed 000 §4.6).",
         ),
         (
             "flitnet_misroute_hops_total",

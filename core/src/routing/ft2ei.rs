@@ -240,25 +240,7 @@ impl Ft2ei {
     /// slot, else merge with the stored interval giving the smallest result.
     fn add_exclusion(&mut self, sw: SwitchId, j: usize, new: CyclicInterval) {
         let n = self.tree.hosts();
-        let slots = &mut self.excl[sw as usize][j];
-        let mut acc = new;
-        let mut merged = absorb_intersecting(slots, &mut acc, n);
-        if !merged && slots.len() >= self.n_ei {
-            let (best, hull) = slots
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (i, merge2(*s, acc, n)))
-                .min_by_key(|(i, h)| (h.len(n), *i))
-                .expect("n_ei >= 1 so a full port has a slot");
-            slots.remove(best);
-            acc = hull;
-            merged = true;
-        }
-        if merged {
-            // A merged interval may now reach further stored ones.
-            absorb_intersecting(slots, &mut acc, n);
-        }
-        slots.push(acc);
+        add_exclusion_to(&mut self.excl[sw as usize][j], new, self.n_ei, n);
     }
 
     fn excluded(&self, sw: SwitchId, j: usize, d: HostId) -> bool {
@@ -534,6 +516,31 @@ impl Ft2ei {
     }
 }
 
+/// `add_exclusion` on one port's exclusion slots (§4.4): union with
+/// intersecting intervals, else a free slot (< `n_ei` used), else merge with
+/// the stored interval giving the smallest result. Shared by the static
+/// oracle and the switch-side dynamic protocol ([`crate::recovery::ft2ei_dyn`]).
+pub fn add_exclusion_to(slots: &mut Vec<CyclicInterval>, new: CyclicInterval, n_ei: usize, n: u32) {
+    let mut acc = new;
+    let mut merged = absorb_intersecting(slots, &mut acc, n);
+    if !merged && slots.len() >= n_ei {
+        let (best, hull) = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, merge2(*s, acc, n)))
+            .min_by_key(|(i, h)| (h.len(n), *i))
+            .expect("n_ei >= 1 so a full port has a slot");
+        slots.remove(best);
+        acc = hull;
+        merged = true;
+    }
+    if merged {
+        // A merged interval may now reach further stored ones.
+        absorb_intersecting(slots, &mut acc, n);
+    }
+    slots.push(acc);
+}
+
 /// Replaces every stored interval that intersects `acc` by its union with
 /// `acc`; true if any did.
 fn absorb_intersecting(slots: &mut Vec<CyclicInterval>, acc: &mut CyclicInterval, n: u32) -> bool {
@@ -570,7 +577,7 @@ pub fn merge2(a: CyclicInterval, b: CyclicInterval, n: u32) -> CyclicInterval {
 }
 
 /// Maximal cyclic arcs of a sorted set of destinations.
-fn arcs_of(sorted: &[HostId], n: u32) -> Vec<CyclicInterval> {
+pub(crate) fn arcs_of(sorted: &[HostId], n: u32) -> Vec<CyclicInterval> {
     let mut arcs: Vec<CyclicInterval> = Vec::new();
     for &d in sorted {
         match arcs.last_mut() {

@@ -147,4 +147,30 @@ pub struct SwitchCounters {
     /// Forced misroute hops heads took here (seed 004 M).
     #[serde(default)]
     pub misroute_hops: u64,
+    /// Dynamic FT²EI (seed 000 §4.5–§4.6), when on.
+    #[serde(default)]
+    pub ft2ei: Ft2eiCounters,
+}
+
+/// What the dynamic FT²EI protocol did on one switch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ft2eiCounters {
+    /// Control packets this switch transmitted (own and forwarded copies).
+    pub ctrl_sent: u64,
+    /// Control packets received.
+    pub ctrl_received: u64,
+    /// Control packets not sent because their port died first.
+    pub ctrl_dropped: u64,
+    /// Exclusion-interval updates applied to this switch's registers.
+    pub exclusion_updates: u64,
+    /// Data packets sent down an emergency path (§4.6).
+    pub deflections: u64,
+    /// Protocol errors (malformed CTRL, fault combination not tolerated).
+    pub errors: u64,
+    /// Switch clock (ns) of the last exclusion update, 0 if none.
+    pub last_update_ns: u64,
+    /// Switch clock (ns) when this switch first declared a port dead with
+    /// the protocol on, 0 if never.
+    #[serde(default)]
+    pub fault_ns: u64,
 }

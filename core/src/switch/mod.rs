@@ -11,6 +11,7 @@
 //! until nothing moves.
 
 pub mod counters;
+pub mod ft2ei_dyn;
 pub mod input;
 pub mod output;
 pub mod reroute;
@@ -18,11 +19,14 @@ pub mod routing;
 pub mod sw_alloc;
 pub mod vc_alloc;
 
-pub use counters::{DropCounters, DropReason, PortCounters, SwitchCounters, VcCounters};
+pub use counters::{
+    DropCounters, DropReason, Ft2eiCounters, PortCounters, SwitchCounters, VcCounters,
+};
 
 use crate::flit::{flags, route_flags, Flit, FlitKind};
 use crate::host::sbrp::{self, RecoveryProtocol};
 use crate::link::{ConfigError, Link, LinkConfig, LinkEvent};
+use crate::recovery::ft2ei_dyn::DynRoute as ft2ei_dyn_route;
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::PortNo;
 use crate::wire::WireError;
@@ -190,6 +194,14 @@ pub struct Switch {
     now: u64,
     /// Dynamic local rerouting (seed 002), when on: see [`reroute`].
     reroute: Option<crate::recovery::dlr::DlrSwitch>,
+    /// Dynamic FT²EI (seed 000 §4.5), when on: see [`ft2ei_dyn`].
+    ft2ei: Option<crate::recovery::ft2ei_dyn::Ft2eiDynSwitch>,
+    /// CTRL copies to send, each bound to its port, fed through the local
+    /// input ahead of the RRQs.
+    ctrl_pending: VecDeque<(PortNo, Flit)>,
+    /// The port of the CTRL now in the local input.
+    ctrl_local_port: Option<PortNo>,
+    ft2ei_error: Option<String>,
     /// SBRP (spec 003 §5): the protocol, and RRQs waiting for the local
     /// input VC (input index `radix * vcs`, which has no link).
     recovery: RecoveryProtocol,
@@ -276,6 +288,10 @@ impl Switch {
             next_tx_port: 0,
             now: 0,
             reroute: None,
+            ft2ei: None,
+            ctrl_pending: VecDeque::new(),
+            ctrl_local_port: None,
+            ft2ei_error: None,
             recovery: RecoveryProtocol::None,
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
@@ -357,6 +373,13 @@ impl Switch {
     fn feed_local_input(&mut self) -> bool {
         let l = self.local_input();
         if self.inputs[l].is_empty() && self.inputs[l].state == InState::Idle {
+            // Control packets first: they keep reconfiguration short (§4.5).
+            if let Some((port, f)) = self.ctrl_pending.pop_front() {
+                self.inputs[l].buf.push_back(f);
+                self.inputs[l].synthetic_tail = true;
+                self.ctrl_local_port = Some(port);
+                return true;
+            }
             if let Some(f) = self.rrq_pending.pop_front() {
                 self.inputs[l].buf.push_back(f);
                 self.inputs[l].synthetic_tail = true;
@@ -564,7 +587,11 @@ impl Switch {
     /// The port died or was set down: packets bound for it are dropped from
     /// now on, and what its link still had queued is discarded.
     fn fail_port(&mut self, p: usize) {
+        let newly = !self.ports[p].failed;
         self.ports[p].failed = true;
+        if newly {
+            self.ft2ei_local_fault(p);
+        }
         if self.recovery.is_on() {
             // R-3 (spec 003 §8 item 3): packets whose tail left on this
             // port but is not yet freed by the peer may be lost with it.
@@ -653,11 +680,26 @@ impl Switch {
         let Some(head) = f.head.as_ref() else {
             return Decision::Drop(DropReason::Orphan);
         };
-        let Some(table) = self.table.as_ref() else {
-            return Decision::Drop(DropReason::NoRoute);
-        };
-        let Some(route) = routing::lookup(table, routing::target(head)) else {
-            return Decision::Drop(DropReason::NoRoute);
+        let dyn_ports: Vec<PortNo>;
+        let route = match self.ft2ei_route(in_port, head) {
+            Some(ft2ei_dyn_route::Ports(p)) => {
+                dyn_ports = p;
+                Route::Adaptive {
+                    candidates: &dyn_ports,
+                    escape: None,
+                }
+            }
+            Some(ft2ei_dyn_route::Deflect(p)) => Route::Fixed(p),
+            Some(ft2ei_dyn_route::None) => return Decision::Drop(DropReason::NoRoute),
+            None => {
+                let Some(table) = self.table.as_ref() else {
+                    return Decision::Drop(DropReason::NoRoute);
+                };
+                let Some(route) = routing::lookup(table, routing::target(head)) else {
+                    return Decision::Drop(DropReason::NoRoute);
+                };
+                route
+            }
         };
         let need = match self.cfg.switching {
             Switching::Wormhole => 1,
@@ -933,6 +975,34 @@ impl Switch {
                     }
                     return Some((out as usize, out_vc));
                 }
+                InState::Idle if f.flags & flags::FT2EI_CTRL != 0 => {
+                    let local = i >= self.local_input();
+                    if !local {
+                        // Store-and-forward: the whole (one-flit) packet is
+                        // here; it is consumed, never forwarded as is.
+                        let f = self.pop_input(i)?;
+                        self.ft2ei_receive(i / vcs, &f);
+                        continue;
+                    }
+                    let port = self.ctrl_local_port.unwrap_or(PortNo::MAX);
+                    match self.decide_ctrl(port) {
+                        Some(Decision::Grant { out, out_vc }) => {
+                            self.counters.ft2ei.ctrl_sent += 1;
+                            self.outputs.claim(out, out_vc, i as u32);
+                            self.inputs[i].state = InState::Active {
+                                out: out as PortNo,
+                                out_vc,
+                                started: false,
+                            };
+                        }
+                        Some(_) => return None,
+                        None => {
+                            self.pop_input(i)?;
+                            self.ctrl_local_port = None;
+                            self.counters.ft2ei.ctrl_dropped += 1;
+                        }
+                    }
+                }
                 InState::Idle => {
                     let msg = f.msg;
                     let track = f.head.as_ref().map(|h| Tracked {
@@ -972,6 +1042,9 @@ impl Switch {
                                     h.spend_run_hop();
                                     self.counters.misroute_hops += 1;
                                 }
+                            }
+                            if self.ft2ei.is_some() {
+                                self.ft2ei_granted(i, out);
                             }
                             self.inputs[i].track = track;
                             self.outputs.claim(out, out_vc, i as u32);
@@ -1030,8 +1103,21 @@ impl Switch {
             scan_all |= self.feed_local_input();
             next.clear();
             if scan_all {
+                // Dynamic FT²EI control packets (local input) get the first
+                // claim on an output VC that is free: the non-preemptive
+                // priority of seed 000 §4.5 (a port already carrying a
+                // packet is never pre-empted).
+                let l = self.local_input();
+                let ctrl_first = self.ft2ei.is_some();
+                if ctrl_first {
+                    for i in l..self.inputs.len() {
+                        self.examine(i, &mut next);
+                    }
+                }
                 for i in 0..self.inputs.len() {
-                    self.examine(i, &mut next);
+                    if !(ctrl_first && i >= l) {
+                        self.examine(i, &mut next);
+                    }
                 }
             } else {
                 for &i in &requesters {
