@@ -296,32 +296,7 @@ mod tests {
             if let Some((port, f)) = input {
                 self.peers[port].send(f).unwrap();
             }
-            let mut got = Vec::new();
-            let mut buf = Vec::new();
-            for _ in 0..20 {
-                self.now += 1_000;
-                for (p, peer) in self.peers.iter_mut().enumerate() {
-                    peer.handle_timeout(self.now);
-                    buf.clear();
-                    while peer.poll_transmit(self.now, &mut buf) {
-                        let _ = self.sw.handle_datagram_slice(self.now, p as PortNo, &buf);
-                        buf.clear();
-                    }
-                }
-                self.sw.handle_timeout(self.now);
-                buf.clear();
-                while let Some(p) = self.sw.poll_transmit(self.now, &mut buf) {
-                    let _ = self.peers[p as usize].handle_datagram_slice(self.now, &buf);
-                    buf.clear();
-                }
-                for (p, peer) in self.peers.iter_mut().enumerate() {
-                    while let Some(f) = peer.poll_received() {
-                        peer.release(f.vc, 1).unwrap();
-                        got.push((p as PortNo, f));
-                    }
-                }
-            }
-            got
+            crate::switch::test_rig::exchange(&mut self.sw, &mut self.peers, &mut self.now)
         }
     }
 

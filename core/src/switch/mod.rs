@@ -1252,4 +1252,6 @@ impl Switch {
 }
 
 #[cfg(test)]
+mod test_rig;
+#[cfg(test)]
 mod tests;

@@ -245,33 +245,10 @@ mod tests {
                     payload: Bytes::new(),
                 })
                 .unwrap();
-            let mut got = Vec::new();
-            let mut buf = Vec::new();
-            for _ in 0..20 {
-                self.now += 1_000;
-                for (p, peer) in self.peers.iter_mut().enumerate() {
-                    peer.handle_timeout(self.now);
-                    buf.clear();
-                    while peer.poll_transmit(self.now, &mut buf) {
-                        let _ = self.sw.handle_datagram_slice(self.now, p as PortNo, &buf);
-                        buf.clear();
-                    }
-                }
-                self.sw.handle_timeout(self.now);
-                buf.clear();
-                while let Some(p) = self.sw.poll_transmit(self.now, &mut buf) {
-                    let _ = self.peers[p as usize].handle_datagram_slice(self.now, &buf);
-                    buf.clear();
-                }
-                for (p, peer) in self.peers.iter_mut().enumerate() {
-                    while let Some(f) = peer.poll_received() {
-                        let field = f.head.as_ref().map_or(0, |h| h.dlr_port_field);
-                        got.push((p as PortNo, f.vc, field));
-                        peer.release(f.vc, 1).unwrap();
-                    }
-                }
-            }
-            got
+            crate::switch::test_rig::exchange(&mut self.sw, &mut self.peers, &mut self.now)
+                .into_iter()
+                .map(|(p, f)| (p, f.vc, f.head.as_ref().map_or(0, |h| h.dlr_port_field)))
+                .collect()
         }
     }
 
