@@ -101,3 +101,81 @@ pub fn processes_matching(needle: &str) -> usize {
         .filter(|c| String::from_utf8_lossy(c).contains(needle))
         .count()
 }
+
+/// Support for the daemons' own CLI tests (`switchd/tests/cli.rs`,
+/// `hostd/tests/cli.rs`): start a daemon binary on a configuration file
+/// and check that it refuses it by name.
+pub mod daemon_cli {
+    use flitnet_core::control::{DaemonConfig, FabricParams, PortPeer, Role};
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// One daemon binary under test.
+    pub struct DaemonCli {
+        /// Its name (`switchd`, `hostd`): scratch directory and messages.
+        pub name: &'static str,
+        /// Its path (`env!("CARGO_BIN_EXE_…")`).
+        pub exe: &'static str,
+    }
+
+    impl DaemonCli {
+        /// A path in this test process's scratch directory.
+        pub fn scratch(&self, file: &str) -> PathBuf {
+            let dir =
+                std::env::temp_dir().join(format!("{}-cli-{}", self.name, std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            dir.join(file)
+        }
+
+        /// Writes `text` to `file` in the scratch directory.
+        pub fn write(&self, file: &str, text: &str) -> PathBuf {
+            let path = self.scratch(file);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+
+        /// Writes `cfg` as JSON to `file` in the scratch directory.
+        pub fn write_config(&self, file: &str, cfg: &DaemonConfig) -> PathBuf {
+            self.write(file, &serde_json::to_string(cfg).unwrap())
+        }
+
+        /// Starts the daemon on `config`, asserts that it exits with an
+        /// error naming the file and without a panic; returns its stderr.
+        pub fn refused(&self, config: &Path) -> String {
+            let out = Command::new(self.exe)
+                .arg("--config")
+                .arg(config)
+                .output()
+                .unwrap_or_else(|e| panic!("running {}: {e}", self.name));
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            let name = self.name;
+            assert!(
+                !out.status.success(),
+                "{name} accepted {config:?}: {stderr}"
+            );
+            assert!(!stderr.contains("panicked"), "{name} panicked: {stderr}");
+            assert!(
+                stderr.contains(&config.display().to_string()),
+                "the error does not name the file: {stderr}"
+            );
+            stderr
+        }
+    }
+
+    /// A configuration named `s0` on loopback with the given role and ports.
+    pub fn config(role: Role, ports: Vec<PortPeer>) -> DaemonConfig {
+        DaemonConfig {
+            name: "s0".into(),
+            role,
+            token: "t".into(),
+            data_addr: "127.0.0.1:0".parse().unwrap(),
+            control_addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: None,
+            ports,
+            fabric: FabricParams::default(),
+            seed: 1,
+            events_addr: None,
+            netns: None,
+        }
+    }
+}
