@@ -366,19 +366,23 @@ fn compose_bring_up_times() {
             .args(["--ready-timeout", "120s", "--json"])))
         .unwrap();
         let attach = report["bring_up_s"].as_f64().unwrap();
-        let stop = Instant::now();
-        let down = project.down();
-        assert!(down.status.success());
         println!(
             "{topo}: {containers} containers, compose up -d {:.1}s + all answering {:.1}s = {:.1}s; \
-             {} messages delivered of {}; down {:.1}s",
+             {} messages delivered of {}",
             up.as_secs_f64(),
             attach,
             up.as_secs_f64() + attach,
             u(&report, &["totals", "messages_delivered"]),
             u(&report, &["totals", "messages_sent"]),
-            stop.elapsed().as_secs_f64()
         );
+        let stop = Instant::now();
+        let down = project.down();
+        assert!(
+            down.status.success(),
+            "down failed: {}",
+            String::from_utf8_lossy(&down.stderr)
+        );
+        println!("{topo}: down {:.1}s", stop.elapsed().as_secs_f64());
         assert_eq!(project.leftovers().trim(), "");
         let _ = std::fs::remove_dir_all(&dir);
     }
