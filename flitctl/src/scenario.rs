@@ -576,6 +576,45 @@ impl Scenario {
                 Mechanism::from_protocol(file.recovery_protocol).name()
             );
         }
+        if file.recovery_protocol.is_on()
+            && matches!(
+                file.mechanism,
+                Mechanism::DlrLink | Mechanism::DlrAdaptiveLink
+            )
+        {
+            // The link variants have 1-hop groups only: around a dead switch
+            // they may find no way, and SBRP would then resend the same
+            // packet into the same dead end forever.
+            let switch_fault =
+                |k: &ActionKind| matches!(k, ActionKind::KillSwitch | ActionKind::SigkillSwitch);
+            let refused = |what: String| {
+                anyhow::anyhow!(
+                    "{what}: mechanism `{}` routes around link faults only (seed 002 §3.4, \
+                     §3.6), so recovery_protocol {} cannot promise delivery under a switch \
+                     fault; use dlr or dlr-adaptive (link and switch faults)",
+                    file.mechanism.name(),
+                    Mechanism::from_protocol(file.recovery_protocol).name()
+                )
+            };
+            if let Some(i) = file.timeline.iter().position(|e| switch_fault(&e.action)) {
+                return Err(refused(format!(
+                    "{}: {}",
+                    at_entry(i),
+                    file.timeline[i].action.name()
+                )));
+            }
+            if let Some(k) = file
+                .random
+                .as_ref()
+                .and_then(|r| r.kinds.iter().find(|k| switch_fault(k)))
+            {
+                return Err(refused(format!(
+                    "{}: random.kinds: {}",
+                    path.display(),
+                    k.name()
+                )));
+            }
+        }
         let sbrp = file.protocol().is_on();
         let corrupt_refused = |what: &str| {
             anyhow::anyhow!(
@@ -997,6 +1036,23 @@ mod tests {
                 err.contains("x.yaml: recovery_protocol: sbrp0") && err.contains(want),
                 "{mech}: {err}"
             );
+        }
+        // The link variants cannot get around a dead switch.
+        for mech in ["dlr-link", "dlr-adaptive-link"] {
+            let text = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp2\nfabric: {{vcs: 2}}\n{kill}  - {{at: 2s, action: sigkill-switch, target: \"s1-1\"}}\n"
+            );
+            let err = format!("{:#}", parse(&text).unwrap_err());
+            assert!(
+                err.contains("x.yaml:7: timeline[1]: sigkill-switch")
+                    && err.contains("link faults only"),
+                "{mech}: {err}"
+            );
+            let random = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp0\nfabric: {{vcs: 2}}\nrandom: {{rate_per_s: 0.1, seed: 1, kinds: [kill-link, kill-switch]}}\n"
+            );
+            let err = format!("{:#}", parse(&random).unwrap_err());
+            assert!(err.contains("random.kinds: kill-switch"), "{mech}: {err}");
         }
         let magic = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery_protocol: sbrp3\n";
         let err = format!("{:#}", parse(magic).unwrap_err());

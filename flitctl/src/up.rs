@@ -767,6 +767,18 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo, args)?;
     let mut inodes = inodes;
     if let Some(c) = dlr {
+        if c.faults_handled == DlrFaults::Link
+            && kill_switch.is_some()
+            && args.fabric.recovery_protocol.is_on()
+        {
+            bail!(
+                "--mechanism {:?} routes around link faults only (seed 002 §3.4, §3.6): with \
+                 --kill-switch, {:?} would resend into the same dead end again and again; use \
+                 --mechanism dlr or dlr-adaptive (link and switch faults)",
+                args.mechanism,
+                args.fabric.recovery_protocol
+            );
+        }
         if c.vcs_needed() > args.fabric.vcs {
             bail!(
                 "--mechanism {:?} needs {} virtual channels; run with --vcs {}",
