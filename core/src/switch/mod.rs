@@ -251,6 +251,14 @@ pub struct SbrpSwitchCounters {
 /// RRQs a switch queues at most (a burst of cuts after a node death).
 const MAX_PENDING_RRQS: usize = 4096;
 
+/// Under DLR, the RRQ for a head DLR discards is sent at once while the
+/// packet has been resent fewer times than this (its SSNF); after that it is
+/// parked until a port comes back. Within DLR's guarantee one fresh route
+/// from the source suffices; beyond it (more than k−1 faults, a switch fault
+/// under a link-only variant) every resend may meet the same dead end, and
+/// without this bound sender and switch would bounce it forever.
+const DLR_EAGER_RESENDS: u16 = 8;
+
 impl Switch {
     pub fn new(cfg: SwitchConfig) -> Result<Self, ConfigError> {
         Self::with_epoch(cfg, 1)
@@ -1110,8 +1118,10 @@ impl Switch {
                                 // take the same dead route). DLR: at once,
                                 // the resend is routed afresh around what is
                                 // dead now, unless the destination itself is
-                                // cut off.
-                                let park = !self.dlr_may_route_afresh(i);
+                                // cut off or the packet was already resent
+                                // `DLR_EAGER_RESENDS` times.
+                                let park = !self.dlr_may_route_afresh(i)
+                                    || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS);
                                 if let Some(t) = track {
                                     self.queue_rrq(t, park);
                                 }

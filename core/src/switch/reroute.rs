@@ -439,6 +439,39 @@ mod tests {
     }
 
     #[test]
+    fn a_packet_dlr_keeps_discarding_is_not_bounced_between_sender_and_switch_forever() {
+        // Beyond DLR's guarantee every resend may meet the same dead end:
+        // after `DLR_EAGER_RESENDS` resends (the head's SSNF) the RRQ waits
+        // for a port to come back instead of asking for one more at once.
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Switch);
+        r.sw.set_recovery(RecoveryProtocol::Sbrp0);
+        for p in 4..8 {
+            r.sw.set_port_admin(p, false).unwrap();
+        }
+        let resend = |ssnf: u16| {
+            let mut f = flit(FlitKind::HeadTail, 1, 9, 5, 0, 0);
+            f.head.as_mut().unwrap().submsg = ssnf;
+            vec![f]
+        };
+        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS - 1));
+        assert_eq!(rrqs(&out).len(), 1, "{out:?}");
+        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(r.sw.sbrp_counters().rrq_sent, 2);
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 1);
+        // An up port comes back: the parked RRQ goes, and the resend it asks
+        // for will find the way.
+        r.sw.set_port_admin(6, true).unwrap();
+        let out = crate::switch::test_rig::exchange(&mut r.sw, &mut r.peers, &mut r.now);
+        let rrq = rrqs(&out);
+        assert_eq!(rrq.len(), 1, "{out:?}");
+        assert_eq!(
+            rrq[0].1.head.as_ref().unwrap().submsg,
+            crate::switch::DLR_EAGER_RESENDS
+        );
+    }
+
+    #[test]
     fn a_passing_recover_request_whose_detour_died_is_routed_afresh() {
         // An RRQ on a 2-hop detour comes back from above to the middle
         // switch, whose port field names the way back to the U-turn switch;
