@@ -420,6 +420,18 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
             "cannot recover flits lost to corruption",
         ),
         (
+            "sbrp-without-dlr",
+            "mechanism: reroute\nrecovery_protocol: sbrp2\n",
+            ": recovery_protocol: sbrp2",
+            "is for the dlr mechanisms",
+        ),
+        (
+            "dlr-link-sbrp-switch",
+            "mechanism: dlr-link\nrecovery_protocol: sbrp0\nfabric: {vcs: 2}\ntimeline:\n  - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n",
+            ":6: timeline[0]: sigkill-switch",
+            "link faults only",
+        ),
+        (
             "unknown-key",
             "mechanism: none\ntimeline:\n  - {at: 1s, action: corrupt, target: \"s0-0:4\", cuont: 3}\n",
             "line 4",

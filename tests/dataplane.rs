@@ -177,6 +177,27 @@ fn bad_arguments_are_refused_before_anything_starts() {
         ),
         (vec!["up", t, "--kill-link", "s0-0:77"], "has no port 77"),
         (vec!["up", t, "--kill-switch", "h00"], "is a host"),
+        (
+            vec!["up", t, "--kill-link", "s0-0:4", "--kill-switch", "s1-1"],
+            "use a chaos scenario",
+        ),
+        (
+            vec![
+                "up",
+                t,
+                "--mechanism",
+                "dlr-link",
+                "--recovery",
+                "none",
+                "--vcs",
+                "2",
+                "--recovery-protocol",
+                "sbrp2",
+                "--kill-switch",
+                "s1-1",
+            ],
+            "link faults only",
+        ),
         (vec!["up", t, "--engine", "warp-drive"], "warp-drive"),
         (vec!["up", "/nonexistent.yaml"], "nonexistent.yaml"),
     ] {

@@ -22,20 +22,36 @@
 //! after the fault: those are all delivered. Zero duplicates and zero
 //! misdelivered packets are required throughout.
 //!
-//! The issue asks for a 4-ary 3-tree (112 processes). On the 2-core CI
-//! machine that fabric cannot keep up even with no fault (messages still in
-//! flight when the drain times out, keepalive timeouts from starved
-//! processes), so these tests use the 3-ary 3-tree (54 processes,
+//! The DLR-only tests use the 3-ary 3-tree (54 processes,
 //! topologies/kary-3-3.yaml, `flitctl topo gen kary-ntree --k 3 --n 3`),
 //! where k−1 = 2 simultaneous faults are guaranteed.
+//!
+//! **DLR with SBRP** (the last tests): zero lost, zero duplicated. SBRP
+//! (seed 003) on top of DLR recovers what the papers' DLR loses: every
+//! packet a fault cuts, or that DLR cannot carry any further, is resent by
+//! its sender, the recover requests and the resends being rerouted around
+//! the faults by the switches like any packet; no controller is involved.
+//! A link and then (a second later, in the same run) a level-1 switch die in
+//! the 4-ary 3-tree (112 processes), which `flitctl up` cannot do (one fault
+//! instant), so these run the chaos scenario
+//! topologies/scenarios/kary-4-3-dlr-sbrp2.yaml, once per SBRP level. At
+//! load 0.02, 10 000 flits/s per link and a 1 s dead interval the 2-core
+//! machine keeps up (about 10 s per run, debug build). Fabrics run one at a
+//! time.
 
 use flitnet::{flitctl_json, processes_matching, topology};
+use std::sync::Mutex;
+
+/// One fabric at a time: two of them on two cores starve each other's
+/// keepalives.
+static FABRIC: Mutex<()> = Mutex::new(());
 
 const VCS: u64 = 3;
 const DEPTH: u64 = 16;
 const RADIX: u64 = 6;
 
 fn run(name: &str, mechanism: &str, fault: &[&str]) -> serde_json::Value {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     let topo = topology("kary-3-3.yaml");
     let run_dir = std::env::temp_dir().join(format!("flitnet-test-dlr-{name}-{mechanism}"));
     let mut args = vec![
@@ -158,4 +174,120 @@ fn the_adaptive_variant_also_routes_around_a_dead_link() {
     let r = run("link-adaptive", "dlr-adaptive", &["--kill-link", "s1-2:5"]);
     let (_, reroutes) = assert_only_in_flight_lost("dlr-adaptive link", &r, 2 * VCS * DEPTH);
     assert!(reroutes > 0, "nobody rerouted: {r:#}");
+}
+
+/// Runs topologies/scenarios/kary-4-3-dlr-sbrp2.yaml with SBRP level
+/// `protocol` (the file's own is sbrp2) and checks the zero-loss promise.
+fn dlr_with_sbrp(protocol: &str) -> serde_json::Value {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let name = format!("dlr+{protocol}");
+    let file = topology("scenarios/kary-4-3-dlr-sbrp2.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let topo_line = "topology: ../kary-4-3.yaml";
+    let proto_line = "recovery_protocol: sbrp2";
+    assert!(
+        text.contains(topo_line) && text.contains(proto_line),
+        "{text}"
+    );
+    let text = text
+        .replace(
+            topo_line,
+            &format!("topology: {}", topology("kary-4-3.yaml").display()),
+        )
+        .replace(proto_line, &format!("recovery_protocol: {protocol}"));
+    let tmp = std::env::temp_dir();
+    let scenario = tmp.join(format!("flitnet-test-{name}-{}.yaml", std::process::id()));
+    std::fs::write(&scenario, text).unwrap();
+    let run_dir = tmp.join(format!("flitnet-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let result = flitctl_json(&[
+        "chaos",
+        scenario.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        processes_matching(run_dir.to_str().unwrap()),
+        0,
+        "{name}: daemons left running"
+    );
+    let r = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let _ = std::fs::remove_file(&scenario);
+
+    assert_eq!(r["mechanism"], name.as_str());
+    let t = &r["run"]["totals"];
+    assert!(
+        n(&t["messages_sent"]) > 500,
+        "{name}: too little traffic to judge: {t:#}"
+    );
+    for field in [
+        "messages_lost",
+        "duplicates",
+        "out_of_order",
+        "retained",
+        "misdelivered_packets",
+        "corrupted",
+        "lost_unreachable",
+    ] {
+        assert_eq!(t[field], 0, "{name}: {field}: {r:#}");
+    }
+    assert_eq!(t["messages_delivered"], t["messages_sent"], "{name}: {t:#}");
+    // The faults cut something, and it was recovered.
+    assert!(n(&t["recover_requests"]) > 0, "{name}: nothing cut: {t:#}");
+    assert!(n(&t["resent_packets"]) > 0, "{name}: {t:#}");
+    assert_eq!(r["run"]["credit_violations"], 0, "{name}: {r:#}");
+    assert_eq!(
+        r["run"]["unreachable_hosts"],
+        serde_json::json!([]),
+        "{name}"
+    );
+    // The switches rerouted on their own; the controller installed nothing.
+    assert!(
+        n(&r["local_reroutes"]) > 0,
+        "{name}: nobody rerouted: {r:#}"
+    );
+    assert_eq!(r["reroutes"], 0, "{name}: the controller re-routed: {r:#}");
+    let actions = r["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{name}: {r:#}");
+    for a in actions {
+        assert!(
+            a["detection_ms"].is_number(),
+            "{name}: never detected: {a:#}"
+        );
+        assert!(a["routes_installed_ms"].is_null(), "{name}: {a:#}");
+    }
+    assert_eq!(r["failed_actions"], serde_json::json!([]), "{name}: {r:#}");
+    assert_eq!(r["promise_kept"], true, "{name}: {}", r["promise"]);
+    eprintln!(
+        "{name}: {} sent, {} delivered, {} lost, {} duplicated; {} RRQs ({} from switches, {} from \
+         receivers), {} packets / {} flits resent; {} local reroutes; switch detected after {} ms",
+        t["messages_sent"],
+        t["messages_delivered"],
+        t["messages_lost"],
+        t["duplicates"],
+        t["recover_requests"],
+        t["rrq_from_switches"],
+        t["rrq_from_receivers"],
+        t["resent_packets"],
+        t["resent_flits"],
+        r["local_reroutes"],
+        actions[1]["detection_ms"]
+    );
+    r
+}
+
+#[test]
+fn dlr_with_sbrp2_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree() {
+    dlr_with_sbrp("sbrp2");
+}
+
+#[test]
+fn dlr_with_sbrp1_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree() {
+    dlr_with_sbrp("sbrp1");
+}
+
+#[test]
+fn dlr_with_sbrp0_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree() {
+    dlr_with_sbrp("sbrp0");
 }

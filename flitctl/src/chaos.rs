@@ -721,8 +721,9 @@ pub fn run_scenario(
     let f = &scenario.file;
     let mut params = f.fabric.params();
     // SBRP levels: the daemons run the recovery protocol; the controller
-    // re-routes as with `reroute`.
-    params.recovery = f.mechanism.recovery_protocol();
+    // re-routes as with `reroute`. DLR with `recovery_protocol`: the
+    // daemons run it and the switches reroute on their own.
+    params.recovery = f.protocol();
     let intermediate = match f.mechanism.intermediate() {
         Some(m) => Some(crate::up::IntermediateSetup::new(
             &scenario.topo,
@@ -842,7 +843,7 @@ pub fn run_scenario(
         Vec::<FaultTiming>::new(),
         bring_up,
     );
-    run.engine = format!("{engine_name} (re-routing: {})", f.mechanism.name());
+    run.engine = format!("{engine_name} (re-routing: {})", f.mechanism_name());
     run.account_unreachable(&topo, &collected.hosts, &drain.unreachable);
     report::save_reports(&run_dir, &topo, &collected.hosts, &collected.switches)?;
     let acc = accounting(&run, &collected, &ctl.retired, ctl.killed_capacity);
@@ -868,7 +869,7 @@ pub fn run_scenario(
             "{} under {} ({})",
             topo.name,
             scenario.path.display(),
-            f.mechanism.name()
+            f.mechanism_name()
         ),
         "delivered flits/s",
         &throughput,
@@ -876,10 +877,10 @@ pub fn run_scenario(
     );
     let plot_path = run_dir.join("throughput.svg");
     std::fs::write(&plot_path, svg)?;
-    let (promise, kept) = verdict(f.mechanism, &run, &acc);
+    let (promise, kept) = verdict(f.promises_delivery(), &run, &acc);
     let report = ChaosReport {
         scenario: scenario.path.display().to_string(),
-        mechanism: f.mechanism.name().to_string(),
+        mechanism: f.mechanism_name(),
         run,
         actions,
         accounting: acc,
@@ -914,9 +915,9 @@ pub fn run_scenario(
 }
 
 /// What the mechanism promises, and whether the run kept it.
-fn verdict(mechanism: Mechanism, run: &RunReport, acc: &Accounting) -> (String, bool) {
+fn verdict(promises_delivery: bool, run: &RunReport, acc: &Accounting) -> (String, bool) {
     let t = &run.totals;
-    if mechanism.promises_delivery() {
+    if promises_delivery {
         // `lossless` after the losses on cut-off hosts' flows were set
         // apart; nothing may still be held by a reachable sender either.
         let kept = run.lossless && t.retained == 0 && run.credit_violations == 0;
@@ -1092,7 +1093,7 @@ impl fmt::Display for ChaosReport {
             "  recovery    {} re-routes, {} local reroutes in switches, {} messages retransmitted",
             self.reroutes, self.local_reroutes, self.messages_retransmitted
         )?;
-        if self.mechanism.starts_with("sbrp") {
+        if self.mechanism.contains("sbrp") {
             let t = &self.run.totals;
             writeln!(
                 f,
@@ -1239,17 +1240,17 @@ mod tests {
         assert_eq!(acc.accounted_flits, 5 + 2 + 1 + 1);
         assert_eq!(acc.unaccounted_messages, 0);
         assert!(!acc.dropped_flits.contains_key("orphan"));
-        assert!(verdict(Mechanism::Reroute, &run, &acc).1);
+        assert!(verdict(false, &run, &acc).1);
         run.totals.messages_lost = 12;
         let acc = accounting(&run, &collected, &[], 0);
         assert_eq!(acc.unaccounted_messages, 3);
-        let (text, kept) = verdict(Mechanism::None, &run, &acc);
+        let (text, kept) = verdict(false, &run, &acc);
         assert!(!kept && text.contains("3 unaccounted"), "{text}");
         // A SIGKILLed switch's buffers explain what died with it.
         let acc = accounting(&run, &collected, &[], 256);
-        assert!(verdict(Mechanism::None, &run, &acc).1);
+        assert!(verdict(false, &run, &acc).1);
         // Duplicates are never explained by a loss.
         run.totals.duplicates = 1;
-        assert!(!verdict(Mechanism::None, &run, &acc).1);
+        assert!(!verdict(false, &run, &acc).1);
     }
 }

@@ -3,6 +3,7 @@
 //! ```yaml
 //! topology: ../kary-4-3.yaml        # relative to this file
 //! mechanism: reroute                # reroute | none | sbrp0/1/2 | dlr… | i …
+//! recovery_protocol: none           # with dlr…: sbrp0/1/2 on top of it
 //! seed: 1
 //! traffic: {pattern: uniform, load: 0.05, duration: 6s}
 //! fabric: {bandwidth: 20000, dead_after: 300ms}
@@ -191,6 +192,17 @@ impl Mechanism {
     pub fn promises_delivery(self) -> bool {
         self.recovery_protocol().is_on()
     }
+
+    /// One of the dynamic local rerouting variants.
+    pub fn is_dlr(self) -> bool {
+        matches!(
+            self,
+            Mechanism::Dlr
+                | Mechanism::DlrLink
+                | Mechanism::DlrAdaptive
+                | Mechanism::DlrAdaptiveLink
+        )
+    }
 }
 
 /// One kind of fault or repair.
@@ -356,6 +368,12 @@ impl FabricSection {
 pub struct ScenarioFile {
     pub topology: PathBuf,
     pub mechanism: Mechanism,
+    /// SBRP on top of dynamic local rerouting (`dlr…` mechanisms only):
+    /// the switches route around the faults on their own, and every packet
+    /// a fault cuts is recovered by its sender (docs/recovery.md "DLR with
+    /// SBRP"). `none` (default), `sbrp0`, `sbrp1`, `sbrp2`.
+    #[serde(default)]
+    pub recovery_protocol: RecoveryProtocol,
     #[serde(default = "default_engine")]
     pub engine: String,
     #[serde(default = "default_seed")]
@@ -368,6 +386,48 @@ pub struct ScenarioFile {
     pub timeline: Vec<TimelineEntry>,
     #[serde(default)]
     pub random: Option<RandomFaults>,
+}
+
+impl ScenarioFile {
+    /// The recovery protocol the fabric runs: the SBRP level of an `sbrp…`
+    /// mechanism, or `recovery_protocol` with a `dlr…` one.
+    pub fn protocol(&self) -> RecoveryProtocol {
+        match self.mechanism.recovery_protocol() {
+            RecoveryProtocol::None => self.recovery_protocol,
+            p => p,
+        }
+    }
+
+    /// Whether the run promises every message delivered exactly once
+    /// (between hosts the faults never cut off): whenever SBRP runs.
+    pub fn promises_delivery(&self) -> bool {
+        self.protocol().is_on()
+    }
+
+    /// The mechanism as reports name it: `dlr+sbrp2` for DLR with SBRP.
+    pub fn mechanism_name(&self) -> String {
+        if self.mechanism.is_dlr() && self.recovery_protocol.is_on() {
+            format!(
+                "{}+{}",
+                self.mechanism.name(),
+                Mechanism::from_protocol(self.recovery_protocol).name()
+            )
+        } else {
+            self.mechanism.name().to_string()
+        }
+    }
+}
+
+impl Mechanism {
+    /// The `sbrp…` mechanism of a protocol (`none` for none).
+    fn from_protocol(p: RecoveryProtocol) -> Mechanism {
+        match p {
+            RecoveryProtocol::None => Mechanism::None,
+            RecoveryProtocol::Sbrp0 => Mechanism::Sbrp0,
+            RecoveryProtocol::Sbrp1 => Mechanism::Sbrp1,
+            RecoveryProtocol::Sbrp2 => Mechanism::Sbrp2,
+        }
+    }
 }
 
 fn default_engine() -> String {
@@ -494,13 +554,74 @@ impl Scenario {
         // SBRP acts on port deaths only: flits a CRC check rejects are lost
         // silently (spec 003 §8 item 14, docs/sbrp.md), so its promise
         // cannot hold under `corrupt`.
-        let sbrp = file.mechanism.recovery_protocol().is_on();
+        if file.recovery_protocol.is_on() && !file.mechanism.is_dlr() {
+            let hint = if file.mechanism.recovery_protocol().is_on() {
+                format!(
+                    "mechanism `{}` already runs SBRP (with controller re-routing); drop \
+                     recovery_protocol",
+                    file.mechanism.name()
+                )
+            } else {
+                format!(
+                    "mechanism `{}` does not combine with it: recovery_protocol is for the \
+                     dlr mechanisms (dlr, dlr-link, dlr-adaptive, dlr-adaptive-link), whose \
+                     switches reroute on their own; for SBRP with controller re-routing use \
+                     mechanism: sbrp0|sbrp1|sbrp2",
+                    file.mechanism.name()
+                )
+            };
+            bail!(
+                "{}: recovery_protocol: {}: {hint}",
+                path.display(),
+                Mechanism::from_protocol(file.recovery_protocol).name()
+            );
+        }
+        if file.recovery_protocol.is_on()
+            && matches!(
+                file.mechanism,
+                Mechanism::DlrLink | Mechanism::DlrAdaptiveLink
+            )
+        {
+            // The link variants have 1-hop groups only: around a dead switch
+            // they may find no way, and SBRP would then resend the same
+            // packet into the same dead end forever.
+            let switch_fault =
+                |k: &ActionKind| matches!(k, ActionKind::KillSwitch | ActionKind::SigkillSwitch);
+            let refused = |what: String| {
+                anyhow::anyhow!(
+                    "{what}: mechanism `{}` routes around link faults only (seed 002 §3.4, \
+                     §3.6), so recovery_protocol {} cannot promise delivery under a switch \
+                     fault; use dlr or dlr-adaptive (link and switch faults)",
+                    file.mechanism.name(),
+                    Mechanism::from_protocol(file.recovery_protocol).name()
+                )
+            };
+            if let Some(i) = file.timeline.iter().position(|e| switch_fault(&e.action)) {
+                return Err(refused(format!(
+                    "{}: {}",
+                    at_entry(i),
+                    file.timeline[i].action.name()
+                )));
+            }
+            if let Some(k) = file
+                .random
+                .as_ref()
+                .and_then(|r| r.kinds.iter().find(|k| switch_fault(k)))
+            {
+                return Err(refused(format!(
+                    "{}: random.kinds: {}",
+                    path.display(),
+                    k.name()
+                )));
+            }
+        }
+        let sbrp = file.protocol().is_on();
         let corrupt_refused = |what: &str| {
             anyhow::anyhow!(
                 "{what}: mechanism `{}` cannot recover flits lost to corruption (SBRP acts on \
                  dead ports only; spec 003 §8 item 14, docs/sbrp.md); use reroute or none for \
                  corrupt faults",
-                file.mechanism.name()
+                file.mechanism_name()
             )
         };
         if sbrp {
@@ -874,6 +995,71 @@ mod tests {
         let random = "topology: ../kary-4-2.yaml\nmechanism: sbrp1\nrandom: {rate_per_s: 0.1, seed: 1, kinds: [kill-link, corrupt]}\n";
         let err = format!("{:#}", parse(random).unwrap_err());
         assert!(err.contains("random.kinds: corrupt"), "{err}");
+    }
+
+    #[test]
+    fn sbrp_combines_with_local_rerouting_only() {
+        let kill = "timeline:\n  - {at: 1s, action: kill-link, target: \"s0-0:4\"}\n";
+        for (mech, vcs) in [
+            ("dlr", 3),
+            ("dlr-link", 2),
+            ("dlr-adaptive", 1),
+            ("dlr-adaptive-link", 1),
+        ] {
+            let text = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp1\nfabric: {{vcs: {vcs}}}\n{kill}"
+            );
+            let f = parse(&text).unwrap().file;
+            assert_eq!(f.protocol(), RecoveryProtocol::Sbrp1);
+            assert!(f.promises_delivery(), "{mech}");
+            // The switches reroute; the controller stays out of it.
+            assert!(!f.mechanism.acts_on_faults(), "{mech}");
+            assert_eq!(f.mechanism_name(), format!("{mech}+sbrp1"));
+        }
+        let plain = parse("topology: ../kary-4-2.yaml\nmechanism: dlr-link\nfabric: {vcs: 2}\n")
+            .unwrap()
+            .file;
+        assert_eq!(plain.protocol(), RecoveryProtocol::None);
+        assert!(!plain.promises_delivery());
+        assert_eq!(plain.mechanism_name(), "dlr-link");
+        let cases = [
+            ("sbrp2", "already runs SBRP"),
+            ("reroute", "is for the dlr mechanisms"),
+            ("none", "is for the dlr mechanisms"),
+        ];
+        for (mech, want) in cases {
+            let text = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp0\n"
+            );
+            let err = format!("{:#}", parse(&text).unwrap_err());
+            assert!(
+                err.contains("x.yaml: recovery_protocol: sbrp0") && err.contains(want),
+                "{mech}: {err}"
+            );
+        }
+        // The link variants cannot get around a dead switch.
+        for mech in ["dlr-link", "dlr-adaptive-link"] {
+            let text = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp2\nfabric: {{vcs: 2}}\n{kill}  - {{at: 2s, action: sigkill-switch, target: \"s1-1\"}}\n"
+            );
+            let err = format!("{:#}", parse(&text).unwrap_err());
+            assert!(
+                err.contains("x.yaml:7: timeline[1]: sigkill-switch")
+                    && err.contains("link faults only"),
+                "{mech}: {err}"
+            );
+            let random = format!(
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp0\nfabric: {{vcs: 2}}\nrandom: {{rate_per_s: 0.1, seed: 1, kinds: [kill-link, kill-switch]}}\n"
+            );
+            let err = format!("{:#}", parse(&random).unwrap_err());
+            assert!(err.contains("random.kinds: kill-switch"), "{mech}: {err}");
+        }
+        let magic = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery_protocol: sbrp3\n";
+        let err = format!("{:#}", parse(magic).unwrap_err());
+        assert!(err.contains("unknown variant `sbrp3`"), "{err}");
+        let corrupt = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery_protocol: sbrp2\nfabric: {vcs: 3}\ntimeline:\n  - {at: 2s, action: corrupt, target: \"s0-0:4\", count: 3}\n";
+        let err = format!("{:#}", parse(corrupt).unwrap_err());
+        assert!(err.contains("`dlr+sbrp2` cannot recover"), "{err}");
     }
 
     #[test]

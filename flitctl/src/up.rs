@@ -166,6 +166,8 @@ pub struct UpArgs {
     #[arg(long, value_enum, default_value_t = KillBy::Admin)]
     pub kill_by: KillBy,
     /// SIGKILL this switch's process mid-run (its neighbours must notice).
+    /// Not with `--kill-link`: for several faults at different times use
+    /// `flitctl chaos`.
     #[arg(long)]
     pub kill_switch: Option<String>,
     /// When to kill, after traffic starts.
@@ -724,6 +726,15 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         },
         None => None,
     };
+    if !kill_links.is_empty() && kill_switch.is_some() {
+        // One fault instant (`--kill-at`): the switch would be ignored.
+        bail!(
+            "--kill-link and --kill-switch together: `up` applies its faults at one instant \
+             (--kill-at) and kills either links or a switch; to kill a link and then a switch \
+             in one run, use a chaos scenario (flitctl chaos, docs/chaos.md, e.g. \
+             topologies/scenarios/kary-4-3-dlr-sbrp2.yaml)"
+        );
+    }
     if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
         bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
     }
@@ -756,6 +767,18 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo, args)?;
     let mut inodes = inodes;
     if let Some(c) = dlr {
+        if c.faults_handled == DlrFaults::Link
+            && kill_switch.is_some()
+            && args.fabric.recovery_protocol.is_on()
+        {
+            bail!(
+                "--mechanism {:?} routes around link faults only (seed 002 §3.4, §3.6): with \
+                 --kill-switch, {:?} would resend into the same dead end again and again; use \
+                 --mechanism dlr or dlr-adaptive (link and switch faults)",
+                args.mechanism,
+                args.fabric.recovery_protocol
+            );
+        }
         if c.vcs_needed() > args.fabric.vcs {
             bail!(
                 "--mechanism {:?} needs {} virtual channels; run with --vcs {}",

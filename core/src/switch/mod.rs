@@ -194,6 +194,8 @@ pub struct Switch {
     now: u64,
     /// Dynamic local rerouting (seed 002), when on: see [`reroute`].
     reroute: Option<crate::recovery::dlr::DlrSwitch>,
+    /// Why DLR discarded the head it decided last (if it did).
+    dlr_discard: Option<crate::recovery::dlr::DiscardReason>,
     /// Dynamic FT²EI (seed 000 §4.5), when on: see [`ft2ei_dyn`].
     ft2ei: Option<crate::recovery::ft2ei_dyn::Ft2eiDynSwitch>,
     /// CTRL copies to send, each bound to its port, fed through the local
@@ -239,10 +241,23 @@ pub struct SbrpSwitchCounters {
     /// waited for new tables instead of being dropped.
     #[serde(default)]
     pub rrq_parked: u64,
+    /// With dynamic local rerouting: RRQs passing through that DLR could not
+    /// route on (their detour's return path died) and that this switch
+    /// started afresh from its local input instead of parking them.
+    #[serde(default)]
+    pub rrq_restarted: u64,
 }
 
 /// RRQs a switch queues at most (a burst of cuts after a node death).
 const MAX_PENDING_RRQS: usize = 4096;
+
+/// Under DLR, the RRQ for a head DLR discards is sent at once while the
+/// packet has been resent fewer times than this (its SSNF); after that it is
+/// parked until a port comes back. Within DLR's guarantee one fresh route
+/// from the source suffices; beyond it (more than k−1 faults, a switch fault
+/// under a link-only variant) every resend may meet the same dead end, and
+/// without this bound sender and switch would bounce it forever.
+const DLR_EAGER_RESENDS: u16 = 8;
 
 impl Switch {
     pub fn new(cfg: SwitchConfig) -> Result<Self, ConfigError> {
@@ -288,6 +303,7 @@ impl Switch {
             next_tx_port: 0,
             now: 0,
             reroute: None,
+            dlr_discard: None,
             ft2ei: None,
             ctrl_pending: VecDeque::new(),
             ctrl_local_port: None,
@@ -366,6 +382,18 @@ impl Switch {
     /// Index of the first local input VC (no link behind it).
     fn local_input(&self) -> usize {
         self.cfg.radix * self.cfg.vcs as usize
+    }
+
+    /// Whether the head DLR just discarded at input VC `i` may be routed
+    /// again from scratch with a chance of success: DLR is on, the head came
+    /// in on a link (a packet this switch injected itself was already routed
+    /// from scratch), and its destination is not cut off (the leaf's host
+    /// link is dead: nothing reaches it until that port is back).
+    fn dlr_may_route_afresh(&self, i: usize) -> bool {
+        use crate::recovery::dlr::DiscardReason;
+        self.reroute.is_some()
+            && i < self.local_input()
+            && self.dlr_discard != Some(DiscardReason::HostLinkDown)
     }
 
     /// Moves the next queued RRQ into the local input VC if it is free;
@@ -1060,21 +1088,42 @@ impl Switch {
                                 && self.rrq_pending.len() + self.rrq_parked.len()
                                     < MAX_PENDING_RRQS =>
                         {
-                            // An RRQ toward a dead port (tables not yet
-                            // updated): keep it for the new tables.
-                            let f = self.pop_input(i)?;
-                            self.sbrp.rrq_parked += 1;
-                            self.rrq_parked.push_back(f);
+                            let mut f = self.pop_input(i)?;
+                            if self.dlr_may_route_afresh(i) {
+                                // DLR could not continue this RRQ's detour
+                                // (its way back died): route it anew from
+                                // here, in the normal layer. Should that
+                                // fail too, it is parked (local input).
+                                if let Some(h) = f.head.as_mut() {
+                                    h.dlr_port_field = 0;
+                                }
+                                f.vc = 0;
+                                self.sbrp.rrq_restarted += 1;
+                                self.rrq_pending.push_back(f);
+                            } else {
+                                // An RRQ toward a dead port (tables not yet
+                                // updated, or nothing DLR can route around):
+                                // keep it for new tables or a port back up.
+                                self.sbrp.rrq_parked += 1;
+                                self.rrq_parked.push_back(f);
+                            }
                         }
                         Decision::Drop(reason) => {
                             let f = self.pop_input(i)?;
                             if reason == DropReason::PortDown && self.recovery.is_on() {
-                                // Its route leads to a dead port and no new
-                                // table avoids it yet: nothing of the packet
-                                // passed, so ask for all of it (from its
-                                // head), once the tables have changed.
+                                // Its route leads to a dead port: nothing of
+                                // the packet passed, so ask for all of it
+                                // (from its head). Controller routing: once
+                                // the tables have changed (a resend now would
+                                // take the same dead route). DLR: at once,
+                                // the resend is routed afresh around what is
+                                // dead now, unless the destination itself is
+                                // cut off or the packet was already resent
+                                // `DLR_EAGER_RESENDS` times.
+                                let park = !self.dlr_may_route_afresh(i)
+                                    || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS);
                                 if let Some(t) = track {
-                                    self.queue_rrq(t, true);
+                                    self.queue_rrq(t, park);
                                 }
                             }
                             let (p, vc) = (i / vcs, (i % vcs) as u8);

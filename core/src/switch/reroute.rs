@@ -81,7 +81,9 @@ impl Switch {
     /// by dynamic local rerouting. Only called with `self.reroute` set.
     pub(super) fn decide_local_reroute(&mut self, i: usize) -> Decision {
         let vcs = self.cfg.vcs as usize;
-        let (in_port, mut in_vc) = (i / vcs, (i % vcs) as u8);
+        let local = i >= self.local_input();
+        let (mut in_port, mut in_vc) = (i / vcs, (i % vcs) as u8);
+        self.dlr_discard = None;
         let Some(f) = self.inputs[i].buf.front() else {
             return Decision::Wait { on_credits: None };
         };
@@ -96,6 +98,23 @@ impl Switch {
         // the fabric is in the normal layer by definition.
         if dlr.level() == 0 && (in_port as u32) < k {
             in_vc = NL;
+        }
+        let target = super::routing::target(head);
+        if local {
+            // A packet this switch made (an SBRP recover request, or one it
+            // starts afresh, see `resolve_front`) enters the fabric here, in
+            // the normal layer. The local input has no port number, so it
+            // is presented as an arrival that leaves DLR's choices intact:
+            // from above when the destination is below (down phase: the
+            // down port, or a misroute around it if it is dead), from below
+            // otherwise (up phase: d-mod-k's up port or another live one).
+            // Neither rule sends the packet back to its input port.
+            in_vc = NL;
+            in_port = if dlr.reaches_down(target) {
+                k as usize
+            } else {
+                0
+            };
         }
         let Some(port_field) = PortField::from_wire(head.dlr_port_field, k) else {
             self.reroute = Some(dlr);
@@ -115,7 +134,6 @@ impl Switch {
                 vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
             }
         };
-        let target = super::routing::target(head);
         let result = dlr.route(
             self.now,
             target,
@@ -127,7 +145,10 @@ impl Switch {
         self.reroute = Some(dlr);
         let (port, vc, step) = match result {
             Ok(DlrDecision::Forward { port, vc, step }) => (port as usize, vc, step),
-            Ok(DlrDecision::Discard { .. }) => return Decision::Drop(DropReason::PortDown),
+            Ok(DlrDecision::Discard { reason }) => {
+                self.dlr_discard = Some(reason);
+                return Decision::Drop(DropReason::PortDown);
+            }
             Err(DlrError::BadVc { .. }) => return Decision::Drop(DropReason::BadVc),
             Err(DlrError::BadDestination { .. }) => return Decision::Drop(DropReason::NoRoute),
             Err(_) => return Decision::Drop(DropReason::BadRoute),
@@ -173,9 +194,10 @@ impl Switch {
 mod tests {
     use super::*;
     use crate::flit::{Flit, FlitKind, Head};
+    use crate::host::sbrp::{self, RecoveryProtocol};
     use crate::link::Link;
     use crate::link::LinkConfig;
-    use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant};
+    use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant, ML2};
     use crate::switch::input::InState;
     use crate::switch::SwitchConfig;
     use crate::topology::generators::kary_ntree;
@@ -250,6 +272,231 @@ mod tests {
                 .map(|(p, f)| (p, f.vc, f.head.as_ref().map_or(0, |h| h.dlr_port_field)))
                 .collect()
         }
+    }
+
+    /// One flit of packet 0 of message `msg`, `src` → `dst`.
+    fn flit(kind: FlitKind, src: u32, dst: u32, msg: u64, seq: u32, vc: u8) -> Flit {
+        Flit {
+            kind,
+            vc,
+            flags: 0,
+            msg,
+            packet: 0,
+            seq,
+            head: kind.is_head().then(|| Head {
+                src,
+                dst,
+                msg_flits: 4,
+                ..Head::default()
+            }),
+            payload: Bytes::new(),
+        }
+    }
+
+    impl Rig {
+        /// Sends `flits` into `port` and returns every flit forwarded.
+        fn send(&mut self, port: usize, flits: Vec<Flit>) -> Vec<(PortNo, Flit)> {
+            for f in flits {
+                self.peers[port].send(f).unwrap();
+            }
+            crate::switch::test_rig::exchange(&mut self.sw, &mut self.peers, &mut self.now)
+        }
+
+        /// Takes `port` down (as a dead peer would) and returns what the
+        /// switch forwarded afterwards.
+        fn kill(&mut self, port: u16) -> Vec<(PortNo, Flit)> {
+            self.sw.set_port_admin(port, false).unwrap();
+            crate::switch::test_rig::exchange(&mut self.sw, &mut self.peers, &mut self.now)
+        }
+    }
+
+    /// A level-1 switch of the 4-ary 3-tree, with SBRP `protocol` on.
+    fn level1_with_sbrp(variant: DlrVariant, faults: DlrFaults, protocol: RecoveryProtocol) -> Rig {
+        let topo = kary_ntree(4, 3).unwrap();
+        let id = topo
+            .switches
+            .iter()
+            .position(|sw| sw.level == Some(1))
+            .unwrap() as u32;
+        let mut r = rig(4, 3, id, variant, faults);
+        r.sw.set_recovery(protocol);
+        r
+    }
+
+    fn rrqs(out: &[(PortNo, Flit)]) -> Vec<(PortNo, Flit)> {
+        out.iter()
+            .filter(|(_, f)| sbrp::is_rrq(f))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_recover_request_made_at_a_cut_is_itself_routed_around_a_dead_port() {
+        // Level-1 switch: a packet from a host outside its subtree comes
+        // down from above toward a host below it; its down port dies
+        // mid-packet (node C). The RRQ to the sender climbs, and d-mod-k's
+        // up port toward the sender is dead too: DLR must take another one
+        // (it used to be dropped as bad_route: the local input where RRQs
+        // enter has no port number DLR knows).
+        for variant in [DlrVariant::Deterministic, DlrVariant::Adaptive] {
+            for faults in [DlrFaults::Link, DlrFaults::Switch] {
+                let mut r = level1_with_sbrp(variant, faults, RecoveryProtocol::Sbrp0);
+                let dlr = r.sw.local_reroute().unwrap().clone();
+                let dst = (0..64).find(|&d| dlr.reaches_down(d)).unwrap();
+                let src = (0..64u32)
+                    .find(|&s| !dlr.reaches_down(s) && (s / 4) % 4 == 2)
+                    .unwrap();
+                let (down, src_up) = (((dst / 4) % 4) as u16, 4 + 2u16);
+                let from = 4; // another up port than the sender's
+                let out = r.send(
+                    from,
+                    vec![
+                        flit(FlitKind::Head, src, dst, 9, 0, 0),
+                        flit(FlitKind::Body, src, dst, 9, 1, 0),
+                    ],
+                );
+                assert_eq!(out.len(), 2, "{variant:?} {faults:?}: {out:?}");
+                assert!(out.iter().all(|(p, _)| *p == down));
+                assert!(r.kill(src_up).is_empty());
+                let out = r.kill(down);
+                let rrq = rrqs(&out);
+                assert_eq!(rrq.len(), 1, "{variant:?} {faults:?}: {out:?}");
+                let (port, f) = &rrq[0];
+                assert!(
+                    *port >= 4 && *port != src_up,
+                    "{variant:?} {faults:?}: an up port other than the dead one: {port}"
+                );
+                let h = f.head.as_ref().unwrap();
+                assert_eq!((h.dst, h.src, f.msg, f.seq), (src, dst, 9, 0));
+                assert_eq!(f.vc, NL);
+                let c = r.sw.counters();
+                assert_eq!(c.drops.bad_route, 0, "{variant:?} {faults:?}: {c:?}");
+                assert_eq!(c.reroutes, 1, "the RRQ's up detour");
+                assert_eq!(r.sw.sbrp_counters().rrq_sent, 1);
+                assert_eq!(r.sw.sbrp_counters().cut_packets, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_recover_request_for_a_host_below_goes_straight_down() {
+        // The RRQ's destination is in the switch's subtree: it is presented
+        // to DLR as coming from above, so it takes the down port (and is
+        // never bounced into the port it did not come from).
+        let mut r = level1_with_sbrp(
+            DlrVariant::Deterministic,
+            DlrFaults::Switch,
+            RecoveryProtocol::Sbrp1,
+        );
+        let dlr = r.sw.local_reroute().unwrap().clone();
+        let src = (0..64).find(|&d| dlr.reaches_down(d)).unwrap();
+        let dst = (0..64).find(|&d| !dlr.reaches_down(d)).unwrap();
+        let src_down = ((src / 4) % 4) as u16;
+        let up = 4 + ((dst / 4) % 4) as u16;
+        let out = r.send(
+            src_down as usize,
+            vec![
+                flit(FlitKind::Head, src, dst, 3, 0, 0),
+                flit(FlitKind::Body, src, dst, 3, 1, 0),
+            ],
+        );
+        assert!(out.iter().all(|(p, _)| *p == up), "{out:?}");
+        let rrq = rrqs(&r.kill(up));
+        assert_eq!(rrq.len(), 1, "{rrq:?}");
+        assert_eq!(rrq[0].0, src_down);
+        assert_eq!(r.sw.counters().reroutes, 0);
+    }
+
+    #[test]
+    fn a_head_dlr_cannot_route_is_recovered_at_once_unless_its_host_is_cut_off() {
+        // A leaf whose up ports are all dead discards heads for remote
+        // hosts: with controller routing the RRQ would wait for new tables,
+        // which DLR never installs; the resend is routed afresh at its
+        // source, so the RRQ goes at once.
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Switch);
+        r.sw.set_recovery(RecoveryProtocol::Sbrp2);
+        for p in 4..8 {
+            r.sw.set_port_admin(p, false).unwrap();
+        }
+        let out = r.send(1, vec![flit(FlitKind::HeadTail, 1, 9, 5, 0, 0)]);
+        let rrq = rrqs(&out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(rrq.len(), 1, "{out:?}");
+        assert_eq!(rrq[0].0, 1, "back down to the sender");
+        assert_eq!(r.sw.counters().drops.port_down, 1);
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 0);
+        // A host whose own link is dead is cut off: a resend cannot reach it
+        // before the port is back, so that RRQ is parked until then.
+        r.sw.set_port_admin(3, false).unwrap();
+        let out = r.send(1, vec![flit(FlitKind::HeadTail, 1, 3, 6, 0, 0)]);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 1);
+        r.sw.set_port_admin(3, true).unwrap();
+        let out = crate::switch::test_rig::exchange(&mut r.sw, &mut r.peers, &mut r.now);
+        let rrq = rrqs(&out);
+        assert_eq!(rrq.len(), 1, "{out:?}");
+        assert_eq!((rrq[0].0, rrq[0].1.msg), (1, 6));
+    }
+
+    #[test]
+    fn a_packet_dlr_keeps_discarding_is_not_bounced_between_sender_and_switch_forever() {
+        // Beyond DLR's guarantee every resend may meet the same dead end:
+        // after `DLR_EAGER_RESENDS` resends (the head's SSNF) the RRQ waits
+        // for a port to come back instead of asking for one more at once.
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Switch);
+        r.sw.set_recovery(RecoveryProtocol::Sbrp0);
+        for p in 4..8 {
+            r.sw.set_port_admin(p, false).unwrap();
+        }
+        let resend = |ssnf: u16| {
+            let mut f = flit(FlitKind::HeadTail, 1, 9, 5, 0, 0);
+            f.head.as_mut().unwrap().submsg = ssnf;
+            vec![f]
+        };
+        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS - 1));
+        assert_eq!(rrqs(&out).len(), 1, "{out:?}");
+        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(r.sw.sbrp_counters().rrq_sent, 2);
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 1);
+        // An up port comes back: the parked RRQ goes, and the resend it asks
+        // for will find the way.
+        r.sw.set_port_admin(6, true).unwrap();
+        let out = crate::switch::test_rig::exchange(&mut r.sw, &mut r.peers, &mut r.now);
+        let rrq = rrqs(&out);
+        assert_eq!(rrq.len(), 1, "{out:?}");
+        assert_eq!(
+            rrq[0].1.head.as_ref().unwrap().submsg,
+            crate::switch::DLR_EAGER_RESENDS
+        );
+    }
+
+    #[test]
+    fn a_passing_recover_request_whose_detour_died_is_routed_afresh() {
+        // An RRQ on a 2-hop detour comes back from above to the middle
+        // switch, whose port field names the way back to the U-turn switch;
+        // that port is dead (ReturnPathDown). Parking it would lose it (DLR
+        // never installs tables): the switch starts it again from its local
+        // input, in the normal layer with a clear port field, and it climbs.
+        let mut r = level1_with_sbrp(
+            DlrVariant::Deterministic,
+            DlrFaults::Switch,
+            RecoveryProtocol::Sbrp0,
+        );
+        let dlr = r.sw.local_reroute().unwrap().clone();
+        let to = (0..64).find(|&d| !dlr.reaches_down(d)).unwrap();
+        r.sw.set_port_admin(2, false).unwrap();
+        let mut rrq = sbrp::rrq_flit(7, to, 11, 0, 0, 0, ML2, 0);
+        rrq.head.as_mut().unwrap().dlr_port_field = PortField::ReturnPort(2).to_wire();
+        let out = r.send(5, vec![rrq]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let (port, f) = &out[0];
+        assert!(*port >= 4, "it climbs: {port}");
+        assert_eq!(f.vc, NL);
+        assert_eq!(f.head.as_ref().unwrap().dlr_port_field, 0);
+        assert_eq!(r.sw.sbrp_counters().rrq_restarted, 1);
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 0);
+        assert_eq!(r.sw.counters().drops.total(), 0, "restarted, not dropped");
     }
 
     #[test]
