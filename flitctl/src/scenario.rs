@@ -313,6 +313,9 @@ pub struct FabricSection {
     /// `udp` (default) or `ethernet` (veth pairs in a network namespace
     /// made for the run; needs root, docs/wire.md "Transports").
     pub transport: DataTransport,
+    /// How long a link stays down after a link error before it retrains
+    /// (0 = no link error recovery; docs/wire.md).
+    pub link_retrain: Time,
 }
 
 impl Default for FabricSection {
@@ -326,6 +329,7 @@ impl Default for FabricSection {
             dead_after: Time(Duration::from_millis(300)),
             max_packet_flits: 8,
             transport: DataTransport::Udp,
+            link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
         }
     }
 }
@@ -346,6 +350,7 @@ impl FabricSection {
             max_packet_flits: self.max_packet_flits,
             recovery: Default::default(),
             transport: self.transport,
+            link_retrain_ns: self.link_retrain.0.as_nanos() as u64,
         }
     }
 }

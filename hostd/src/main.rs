@@ -42,6 +42,7 @@ fn link_config(cfg: &DaemonConfig) -> LinkConfig {
         dead_after_ns: f.dead_after_ns,
         mtu: f.mtu,
         pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
+        retrain_ns: f.link_retrain_ns,
         ..LinkConfig::default()
     }
 }
@@ -222,7 +223,10 @@ impl Node for HostNode {
                             .record(latency_ns as f64 / 1e9)
                     }
                 }
-                HostEvent::Link(e) => self.events.link_event(now, 0, &e),
+                HostEvent::Link(e) => {
+                    let retrain_ns = self.cfg.fabric.link_retrain_ns;
+                    self.events.link_event(now, 0, &e, retrain_ns)
+                }
                 other => tracing::warn!(event = ?other, "host event"),
             }
         }

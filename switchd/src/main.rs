@@ -79,6 +79,7 @@ fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
             dead_after_ns: f.dead_after_ns,
             mtu: f.mtu,
             pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
+            retrain_ns: f.link_retrain_ns,
             ..LinkConfig::default()
         },
         max_packet_flits: f.max_packet_flits.min(u16::MAX as u32) as u16,
@@ -242,13 +243,29 @@ impl Node for SwitchNode {
                         counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
                         .increment(1);
                     }
-                    self.events.send(EventKind::PortDown {
+                    let reason = if admin {
+                        "disabled by the controller".into()
+                    } else {
+                        self.events.down_reason(port)
+                    };
+                    self.events.send(EventKind::PortDown { port, reason })
+                }
+                SwitchEvent::LinkError {
+                    port,
+                    cause,
+                    by_peer,
+                } => {
+                    if self.metrics {
+                        let origin = if by_peer { "peer" } else { "local" };
+                        counter!("flitnet_port_link_retrains_total", "switch" => self.name.clone(), "port" => port.to_string(), "origin" => origin)
+                        .increment(1);
+                    }
+                    self.events.link_error(port, cause.name(), by_peer);
+                    self.events.send(EventKind::LinkError {
                         port,
-                        reason: if admin {
-                            "disabled by the controller".into()
-                        } else {
-                            "keepalive timeout".into()
-                        },
+                        cause: cause.name().into(),
+                        by_peer,
+                        retrain_ns: self.switch.config().link.retrain_ns,
                     })
                 }
                 SwitchEvent::PortUp { port } | SwitchEvent::PeerRestarted { port } => {
@@ -356,6 +373,10 @@ fn describe_metrics() {
         (
             "flitnet_link_errors_total",
             "Link errors by kind (crc, seq_gap, malformed).",
+        ),
+        (
+            "flitnet_port_link_retrains_total",
+            "Link error recoveries the port went through (origin local: it detected the error; peer: the peer sent a link reset).",
         ),
         ("flitnet_drops_total", "Flits dropped, by reason."),
         (
