@@ -75,6 +75,17 @@ pub struct ActionTiming {
     pub crc_errors_at_receiver: Option<u64>,
     /// Corrupt: datagrams asked to be damaged.
     pub count: Option<u32>,
+    /// Corrupt: link errors the receiving end detected (each took the link
+    /// down for a retrain; docs/wire.md), and link resets the damaging
+    /// end received from it, at the end of the run.
+    #[serde(default)]
+    pub link_errors_at_receiver: Option<u64>,
+    #[serde(default)]
+    pub link_resets_at_sender: Option<u64>,
+    /// Corrupt: from the first link error to both ends back up (daemon
+    /// events), ms.
+    #[serde(default)]
+    pub link_down_ms: Option<f64>,
 }
 
 /// Where every lost message went (spec 002 §3.2 loss model).
@@ -541,15 +552,57 @@ fn timings(
             if a.action.kind == ActionKind::Corrupt {
                 timing.count = Some(a.action.count);
                 if let Target::Link { end, .. } = a.action.target {
+                    let port_counter = |e: Option<PortRef>, field: &str| {
+                        e.and_then(|r| {
+                            switches
+                                .iter()
+                                .find(|(n, _)| *n == r.node)
+                                .and_then(|(_, rep)| rep["ports"][r.port as usize][field].as_u64())
+                        })
+                    };
                     let receiver = topo.peer(end);
-                    timing.crc_errors_at_receiver = receiver.and_then(|r| {
-                        switches
-                            .iter()
-                            .find(|(n, _)| *n == r.node)
-                            .and_then(|(_, rep)| {
-                                rep["ports"][r.port as usize]["crc_errors"].as_u64()
+                    timing.crc_errors_at_receiver = port_counter(receiver, "crc_errors");
+                    timing.link_errors_at_receiver = port_counter(receiver, "link_errors");
+                    timing.link_resets_at_sender = port_counter(Some(end), "peer_link_resets");
+                    // Detection: the first link error either end reported;
+                    // back up: both ends reported port-up with no link
+                    // error after (a run of damaged datagrams retrains the
+                    // link several times).
+                    let ends: Vec<PortRef> = std::iter::once(end).chain(receiver).collect();
+                    let on_link = |r: &&Record| {
+                        r.time_ns >= t0
+                            && ends.iter().any(|e| {
+                                topo.node_name(e.node) == r.source
+                                    && r.event["port"].as_u64() == Some(e.port as u64)
                             })
-                    });
+                    };
+                    let mut events = records.iter().filter(on_link);
+                    if let Some(d) = events.find(|r| r.event["event"] == "link-error") {
+                        timing.detection_ms = Some(ms(t0, d.time_ns));
+                        timing.detected_by = Some(d.source.clone());
+                        timing.detection_reason = Some(format!(
+                            "link error ({})",
+                            d.event["cause"].as_str().unwrap_or("?")
+                        ));
+                        let mut up: BTreeMap<&str, bool> = ends
+                            .iter()
+                            .map(|e| (topo.node_name(e.node), false))
+                            .collect();
+                        for r in events {
+                            let Some(state) = up.get_mut(r.source.as_str()) else {
+                                continue;
+                            };
+                            match r.event["event"].as_str() {
+                                Some("link-error") | Some("port-down") => *state = false,
+                                Some("port-up") => *state = true,
+                                _ => {}
+                            }
+                            if up.values().all(|u| *u) {
+                                timing.link_down_ms = Some(ms(d.time_ns, r.time_ns));
+                                break;
+                            }
+                        }
+                    }
                 }
                 return timing;
             }
@@ -1042,12 +1095,16 @@ impl fmt::Display for ChaosReport {
         for a in &self.actions {
             write!(f, "  {:>7.3}s  {:<15} {:<24}", a.at_s, a.action, a.element)?;
             if a.action == "corrupt" {
+                let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
                 writeln!(
                     f,
-                    " {} datagrams damaged, receiver counted {} CRC errors",
+                    " {} datagrams damaged, receiver counted {} CRC errors, {} link errors \
+                     (sender reset {} times), link down {}",
                     a.count.unwrap_or(0),
-                    a.crc_errors_at_receiver
-                        .map_or("?".into(), |v| v.to_string())
+                    n(a.crc_errors_at_receiver),
+                    n(a.link_errors_at_receiver),
+                    n(a.link_resets_at_sender),
+                    opt(a.link_down_ms)
                 )?;
             } else {
                 writeln!(
