@@ -255,11 +255,6 @@ impl Node for SwitchNode {
                     cause,
                     by_peer,
                 } => {
-                    if self.metrics {
-                        let origin = if by_peer { "peer" } else { "local" };
-                        counter!("flitnet_port_link_retrains_total", "switch" => self.name.clone(), "port" => port.to_string(), "origin" => origin)
-                        .increment(1);
-                    }
                     self.events.link_error(port, cause.name(), by_peer);
                     self.events.send(EventKind::LinkError {
                         port,
@@ -325,6 +320,9 @@ impl Node for SwitchNode {
                 ("malformed", pc.bad_datagrams),
             ] {
                 counter!("flitnet_link_errors_total", "switch" => sw.clone(), "port" => port.clone(), "kind" => kind).absolute(v);
+            }
+            for (origin, v) in [("local", pc.link_errors), ("peer", pc.peer_link_resets)] {
+                counter!("flitnet_port_link_retrains_total", "switch" => sw.clone(), "port" => port.clone(), "origin" => origin).absolute(v);
             }
         }
         for r in flitnet_core::switch::DropReason::ALL {
