@@ -549,6 +549,7 @@ fn timings(
     records: &[Record],
     traffic_start_ns: u64,
     switches: &[(NodeRef, serde_json::Value)],
+    hosts: &[(NodeRef, serde_json::Value)],
 ) -> Vec<ActionTiming> {
     let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
     applied
@@ -569,12 +570,18 @@ fn timings(
             if a.action.kind == ActionKind::Corrupt {
                 timing.count = Some(a.action.count);
                 if let Target::Link { end, .. } = a.action.target {
+                    // A switch port's counters, or a host's link counters.
                     let port_counter = |e: Option<PortRef>, field: &str| {
                         e.and_then(|r| {
-                            switches
-                                .iter()
-                                .find(|(n, _)| *n == r.node)
-                                .and_then(|(_, rep)| rep["ports"][r.port as usize][field].as_u64())
+                            let switch = switches.iter().find(|(n, _)| *n == r.node);
+                            let host = hosts.iter().find(|(n, _)| *n == r.node);
+                            match (switch, host) {
+                                (Some((_, rep)), _) => {
+                                    rep["ports"][r.port as usize][field].as_u64()
+                                }
+                                (None, Some((_, rep))) => rep["link"][field].as_u64(),
+                                (None, None) => None,
+                            }
                         })
                     };
                     let receiver = topo.peer(end);
@@ -901,7 +908,14 @@ pub fn run_scenario(
         }
     };
     let records = events.snapshot();
-    let actions = timings(&topo, &ctl.applied, &records, start_ns, &collected.switches);
+    let actions = timings(
+        &topo,
+        &ctl.applied,
+        &records,
+        start_ns,
+        &collected.switches,
+        &collected.hosts,
+    );
     let mut run = RunReport::build(
         &topo,
         &engine_name,
@@ -1274,14 +1288,14 @@ mod tests {
                 json!({"event": "routes-installed", "failed_links": links}),
             ),
         ];
-        let t = timings(topo, &applied, &records, 0, &[]);
+        let t = timings(topo, &applied, &records, 0, &[], &[]);
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].detection_ms, Some(0.3));
         assert_eq!(t[0].detected_by.as_deref(), Some(nname.as_str()));
         assert_eq!(t[0].detection_reason.as_deref(), Some("keepalive timeout"));
         assert_eq!(t[0].routes_installed_ms, Some(0.399));
         // Nothing installed: no installation time.
-        let t = timings(topo, &applied, &records[..4], 0, &[]);
+        let t = timings(topo, &applied, &records[..4], 0, &[], &[]);
         assert_eq!(t[0].routes_installed_ms, None);
     }
 

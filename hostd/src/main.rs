@@ -147,7 +147,21 @@ impl Node for HostNode {
                 let mut body = serde_json::to_value(self.endpoint.report()).unwrap_or_default();
                 body["name"] = self.name.clone().into();
                 body["drained"] = self.endpoint.is_drained().into();
-                body["credit_violations"] = self.endpoint.link().stats().rx_overflow.into();
+                let link = self.endpoint.link().stats();
+                body["credit_violations"] = link.rx_overflow.into();
+                // The host link's errors and link error recoveries
+                // (docs/wire.md, "Link errors and retraining").
+                body["link"] = serde_json::json!({
+                    "crc_errors": link.crc_errors,
+                    "bad_datagrams": link.bad_datagrams,
+                    "seq_gaps": link.seq_gaps,
+                    "lost_flits": link.rx_lost_flits,
+                    "link_errors": link.link_errors,
+                    "peer_link_resets": link.peer_link_resets,
+                    "retrains": link.retrains,
+                    "last_recovery_ns": link.last_recovery_ns,
+                    "max_recovery_ns": link.max_recovery_ns,
+                });
                 Response::Ok { body }
             }
             Request::SetPort { port: 0, up } => {
