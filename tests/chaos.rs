@@ -610,6 +610,14 @@ fn without_recovery_corruption_losses_are_counted_not_silent() {
         "the link errors cut nothing: {acc:#}"
     );
     assert_eq!(acc["crc_errors"].as_u64(), Some(9), "{acc:#}");
+    // Every link error is counted where it was detected.
+    let detected: u64 = report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["link_errors_at_receiver"].as_u64().unwrap())
+        .sum();
+    assert_eq!(acc["link_errors"].as_u64(), Some(detected), "{acc:#}");
 }
 
 /// A damaged datagram on a host's link is a link error like any other:

@@ -101,6 +101,10 @@ pub struct Accounting {
     /// rejected by the CRC check).
     pub link_lost_flits: u64,
     pub crc_errors: u64,
+    /// Link errors switches detected (each took a link down for a retrain,
+    /// so its port dropped what was routed to it meanwhile: `port-down`).
+    #[serde(default)]
+    pub link_errors: u64,
     /// Items that reached a disabled port (flits and credits).
     pub dropped_at_disabled_ports: u64,
     /// Upper bound of the flits a SIGKILLed switch held when it died:
@@ -692,6 +696,7 @@ fn add_switch_losses(acc: &mut Accounting, reports: &[&serde_json::Value]) {
             for p in ports {
                 acc.link_lost_flits += num(&p["lost_flits"]);
                 acc.crc_errors += num(&p["crc_errors"]);
+                acc.link_errors += num(&p["link_errors"]);
             }
         }
         acc.dropped_at_disabled_ports += num(&r["rx_dropped_down"]);
@@ -1160,11 +1165,12 @@ impl fmt::Display for ChaosReport {
             .collect();
         writeln!(
             f,
-            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; at disabled ports {}; killed switches held at most {}",
+            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; link errors {}; at disabled ports {}; killed switches held at most {}",
             acc.messages_lost,
             if causes.is_empty() { "none".into() } else { causes.join(", ") },
             acc.link_lost_flits,
             acc.crc_errors,
+            acc.link_errors,
             acc.dropped_at_disabled_ports,
             acc.killed_switch_capacity_flits
         )?;
