@@ -703,8 +703,12 @@ impl Link {
         }
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += data.len() as u64;
+        // With link error recovery off, a link reset is an unknown
+        // extension like any other (skipped).
         let reset = frame.items.iter().find_map(|i| match i {
-            Item::Extension { code, body } if *code == wire::EXT_LINK_RESET => {
+            Item::Extension { code, body }
+                if *code == wire::EXT_LINK_RESET && self.cfg.retrain_ns > 0 =>
+            {
                 wire::decode_link_reset(body)
             }
             _ => None,
@@ -720,7 +724,7 @@ impl Link {
             return Ok(());
         }
         if let Some((gen, code)) = reset {
-            if self.peer_reset_gen != Some(gen) && self.cfg.retrain_ns > 0 {
+            if self.peer_reset_gen != Some(gen) {
                 self.peer_reset_gen = Some(gen);
                 self.stats.peer_link_resets += 1;
                 self.enter_retrain(now, LinkErrorCause::from_code(code), true);

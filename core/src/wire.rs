@@ -796,6 +796,30 @@ mod tests {
     }
 
     #[test]
+    fn link_reset_bodies_round_trip_and_short_ones_are_not_resets() {
+        let body = encode_link_reset(0xBEEF, 3);
+        assert_eq!(body.len(), LINK_RESET_BODY_LEN);
+        assert_eq!(decode_link_reset(&body), Some((0xBEEF, 3)));
+        // Longer bodies: extra bytes ignored (room to grow).
+        assert_eq!(decode_link_reset(&[1, 0, 2, 9, 9]), Some((1, 2)));
+        assert_eq!(decode_link_reset(&[1, 0]), None);
+        assert_eq!(decode_link_reset(&[]), None);
+        // It travels as an extension item through the ordinary codec.
+        let mut buf = Vec::new();
+        let mut w = FrameWriter::new(&mut buf, Header::default());
+        w.push_extension(EXT_LINK_RESET, &body);
+        w.finish();
+        let f = decode(&buf).unwrap();
+        assert_eq!(
+            f.items,
+            vec![Item::Extension {
+                code: EXT_LINK_RESET,
+                body: Bytes::copy_from_slice(&body)
+            }]
+        );
+    }
+
+    #[test]
     fn sample_roundtrip_and_sizes() {
         let f = sample_frame();
         let mut out = Vec::new();
