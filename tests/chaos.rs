@@ -452,18 +452,21 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
 }
 
 /// Datagrams damaged on two links of the 4-cube mid-run: one, then a run
-/// of five (the other direction), then three on a second link. Each
-/// damaged datagram is a link error: the link goes down at both ends and
-/// retrains (docs/wire.md, "Link errors and retraining"), so the switches'
-/// port-death path acts on the flits it carried.
-const CORRUPTION: &str = "seed: 3
-traffic: {pattern: uniform, load: 0.2, message_flits: 32, duration: 3s}
-fabric: {bandwidth: 20000, dead_after: 300ms, max_packet_flits: 32}
-timeline:
-  - {at: 1s, action: corrupt, target: \"r05:2\", count: 1}
-  - {at: 1.6s, action: corrupt, target: \"r07:2\", count: 5}
-  - {at: 2.2s, action: corrupt, target: \"r00:1\", count: 3}
-";
+/// of five (the other direction), then three on a second link
+/// (`topologies/scenarios/hypercube-4-sbrp2-corrupt.yaml`, run under each
+/// mechanism). Each damaged datagram is a link error: the link goes down at
+/// both ends and retrains (docs/wire.md, "Link errors and retraining"), so
+/// the switches' port-death path acts on the flits it carried.
+fn corruption_body() -> String {
+    let text =
+        std::fs::read_to_string(topology("scenarios/hypercube-4-sbrp2-corrupt.yaml")).unwrap();
+    text.lines()
+        .filter(|l| {
+            !l.starts_with('#') && !l.starts_with("topology:") && !l.starts_with("mechanism:")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
 
 /// Datagrams damaged on two switch-to-host links (`r05:0` faces h05): the
 /// host end detects the errors and resets the switch's port.
@@ -475,10 +478,10 @@ timeline:
   - {at: 1.8s, action: corrupt, target: \"r09:0\", count: 1}
 ";
 
-/// Runs [`CORRUPTION`] under `mechanism`; checks that every damaged
+/// Runs the corruption scenario under `mechanism`; checks that every damaged
 /// datagram was rejected and escalated, and the links came back.
 fn corruption_run(mechanism: &str) -> Value {
-    corruption_run_of(mechanism, "switch-links", CORRUPTION)
+    corruption_run_of(mechanism, "switch-links", &corruption_body())
 }
 
 fn corruption_run_of(mechanism: &str, what: &str, body: &str) -> Value {
