@@ -13,9 +13,14 @@ use std::sync::Mutex;
 static FABRIC: Mutex<()> = Mutex::new(());
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flitnet-chaos-{name}-{}", std::process::id()));
+    let dir = scratch_dir(name);
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// The run directory [`chaos`] used for `name`.
+fn scratch_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("flitnet-chaos-{name}-{}", std::process::id()))
 }
 
 /// Writes `body` (without the topology line) as a scenario for `topo`.
@@ -516,6 +521,16 @@ fn corruption_run_of(mechanism: &str, what: &str, body: &str) -> Value {
     }
     assert_eq!(report["run"]["credit_violations"], 0);
     assert_eq!(report["failed_actions"], serde_json::json!([]));
+    // No credit leak: in the drained fabric every live link has all its
+    // credits back (the flits lost in the damaged datagrams and at the
+    // dead ports were written off).
+    let reports: Value = serde_json::from_str(
+        &std::fs::read_to_string(scratch_dir(&name).join("reports.json")).unwrap(),
+    )
+    .unwrap();
+    for (node, r) in reports.as_object().unwrap() {
+        assert_eq!(r["credits_missing"], 0, "{node}: credits leaked: {r:#}");
+    }
     let t = &report["run"]["totals"];
     eprintln!(
         "4-cube {mechanism}, corruption on {what}: {} sent, {} delivered, {} lost, {} duplicates, {} retained; {} RRQs ({} from switches, {} from receivers), {} packets / {} flits resent; link errors {:?}, down {:?} ms, detected after {:?} ms; port-down drops {}; test wall {:.1} s",

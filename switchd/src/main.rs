@@ -190,6 +190,22 @@ impl Node for SwitchNode {
                     .map(|l| l.stats().rx_overflow)
                     .sum();
                 body["credit_violations"] = overflow.into();
+                // Credits not (yet) back from the peers of live links: in a
+                // drained fabric every one is back, so anything left is a
+                // leak (lost flits whose slots were never written off).
+                let depth = self.switch.config().buffer_depth;
+                let missing: u64 = self
+                    .cabled
+                    .iter()
+                    .filter_map(|&p| self.switch.link(p).ok())
+                    .filter(|l| l.is_up())
+                    .map(|l| {
+                        (0..l.config().vcs)
+                            .map(|vc| (depth - l.credits(vc)) as u64)
+                            .sum::<u64>()
+                    })
+                    .sum();
+                body["credits_missing"] = missing.into();
                 // Items (flits and credits) that reached a disabled port or
                 // were still propagating when it was disabled: lost.
                 let dropped_down: u64 = (0..c.ports.len() as PortNo)
