@@ -377,9 +377,10 @@ pub struct Link {
     next_reset_at: u64,
     /// Generation of the last link error this end detected.
     reset_gen: u16,
-    /// Generation of the last link reset the peer sent that was acted on
-    /// (its repeats are ignored).
-    peer_reset_gen: Option<u16>,
+    /// Sender epoch and generation of the last link reset the peer sent
+    /// that was acted on (its repeats are ignored; a restarted peer's
+    /// generations start again under a new epoch).
+    peer_reset_gen: Option<(u16, u16)>,
     /// When the link error being recovered from happened.
     error_at: Option<u64>,
 }
@@ -718,14 +719,15 @@ impl Link {
             // (both ends detected an error) is noted so that its repeats,
             // which may arrive after this end is back, are not new errors.
             if let Some((gen, _)) = reset {
-                self.peer_reset_gen = Some(gen);
+                self.peer_reset_gen = Some((frame.header.epoch, gen));
             }
             self.stats.rx_dropped_retraining += 1;
             return Ok(());
         }
         if let Some((gen, code)) = reset {
-            if self.peer_reset_gen != Some(gen) {
-                self.peer_reset_gen = Some(gen);
+            let id = (frame.header.epoch, gen);
+            if self.peer_reset_gen != Some(id) {
+                self.peer_reset_gen = Some(id);
                 self.stats.peer_link_resets += 1;
                 self.enter_retrain(now, LinkErrorCause::from_code(code), true);
             } else {
@@ -806,7 +808,6 @@ impl Link {
     fn reset_against(&mut self, epoch: u16) {
         self.peer_epoch = Some(epoch);
         self.peer_synced = false;
-        self.peer_reset_gen = None;
         self.rx_seq = RxSeq::default();
         self.stats.rx_dropped_down += self.in_flight.len() as u64;
         self.in_flight.clear();
@@ -1887,6 +1888,47 @@ mod tests {
         a.handle_datagram_slice(t, &reset).unwrap();
         assert_eq!(a.stats().peer_link_resets, 1);
         assert!(a.is_up() && !a.is_retraining());
+    }
+
+    #[test]
+    fn a_restarted_peers_first_reset_is_acted_on() {
+        let damage_next = |left: &mut u32| {
+            let mut left = std::mem::take(left);
+            move |ab: bool, buf: &mut Vec<u8>| {
+                if ab && left > 0 {
+                    left -= 1;
+                    flip(buf);
+                }
+                true
+            }
+        };
+        let (mut a, mut b) = connected(cfg());
+        let t = run(
+            10,
+            10 + 3 * RETRAIN,
+            RETRAIN / 4,
+            &mut a,
+            &mut b,
+            &mut damage_next(&mut 1),
+        );
+        assert_eq!((b.stats().link_errors, a.stats().peer_link_resets), (1, 1));
+        assert!(a.is_up() && b.is_up());
+        // b restarts, and the first thing the new b sends is a reset (a's
+        // first datagram to it arrived damaged): its generations start
+        // again at 1, under a new epoch, and a must act on it.
+        let mut b = Link::with_epoch(cfg(), 21).unwrap();
+        let mut buf = Vec::new();
+        a.send(flit(0, 0)).unwrap();
+        assert!(a.poll_transmit(t, &mut buf));
+        flip(&mut buf);
+        assert!(b.handle_datagram_slice(t, &buf).is_err());
+        assert_eq!(b.stats().link_errors, 1);
+        assert!(b.poll_transmit(t, &mut buf));
+        a.handle_datagram_slice(t, &buf).unwrap();
+        assert_eq!(a.stats().peer_link_resets, 2);
+        assert!(a.is_retraining());
+        run(t, t + 3 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
     }
 
     #[test]
