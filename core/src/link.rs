@@ -383,6 +383,9 @@ pub struct Link {
     peer_reset_gen: Option<(u16, u16)>,
     /// When the link error being recovered from happened.
     error_at: Option<u64>,
+    /// Link errors have kept the link down for `dead_after_ns` (reported
+    /// with a second `PeerDown`); cleared when the link is up again.
+    errors_persist: bool,
 }
 
 fn ahead(a: u16, b: u16) -> i16 {
@@ -434,6 +437,7 @@ impl Link {
             reset_gen: 0,
             peer_reset_gen: None,
             error_at: None,
+            errors_persist: false,
             cfg,
         })
     }
@@ -478,6 +482,13 @@ impl Link {
     /// Retraining after a link error (down until the retrain delay is over).
     pub fn is_retraining(&self) -> bool {
         self.retrain_until.is_some()
+    }
+
+    /// Link errors have kept the link down for at least `dead_after_ns`:
+    /// not a transient any more (an owner may route around it, as it
+    /// would around a silent peer). Cleared when the link is up again.
+    pub fn link_errors_persist(&self) -> bool {
+        self.errors_persist
     }
 
     /// Flits accepted by `send` and not yet transmitted.
@@ -742,6 +753,7 @@ impl Link {
             // keepalive interval.
             self.alive = true;
             self.next_sync_at = None;
+            self.errors_persist = false;
             if let Some(at) = self.error_at.take() {
                 let d = now.saturating_sub(at);
                 self.stats.last_recovery_ns = d;
@@ -958,11 +970,18 @@ impl Link {
         self.probe_since = None;
         self.stats.rx_dropped_retraining += self.in_flight.len() as u64;
         self.in_flight.clear();
-        self.error_at.get_or_insert(now);
+        let first = *self.error_at.get_or_insert(now);
         self.events
             .push_back(LinkEvent::LinkError { cause, by_peer });
         if self.alive {
             self.alive = false;
+            self.stats.peer_down_events += 1;
+            self.events.push_back(LinkEvent::PeerDown);
+        } else if !self.errors_persist && now.saturating_sub(first) >= self.cfg.dead_after_ns {
+            // Errors have kept the link down as long as silence would
+            // take to declare the peer dead: a second `PeerDown`, which
+            // `link_errors_persist` tells apart from the first.
+            self.errors_persist = true;
             self.stats.peer_down_events += 1;
             self.events.push_back(LinkEvent::PeerDown);
         }
@@ -1743,7 +1762,12 @@ mod tests {
 
     #[test]
     fn a_run_of_corrupted_datagrams_retrains_until_the_link_is_clean() {
-        let (mut a, mut b) = connected(cfg());
+        // Five retrains take longer than `cfg()`'s dead_after (that case is
+        // `errors_that_keep_the_link_down_past_dead_after_are_reported_again`).
+        let (mut a, mut b) = connected(LinkConfig {
+            dead_after_ns: 50_000_000,
+            ..cfg()
+        });
         let (mut held, mut got) = (0u16, 0usize);
         let mut left = 5;
         let mut t = 0;
@@ -1929,6 +1953,47 @@ mod tests {
         assert!(a.is_retraining());
         run(t, t + 3 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
         assert!(a.is_up() && b.is_up());
+    }
+
+    #[test]
+    fn errors_that_keep_the_link_down_past_dead_after_are_reported_again() {
+        let (mut a, mut b) = connected(cfg());
+        // Everything a sends arrives damaged, until it stops below.
+        let t = run(10, 4_000_000, 250_000, &mut a, &mut b, &mut |ab, buf| {
+            if ab {
+                flip(buf);
+            }
+            true
+        });
+        assert_eq!(
+            events(&mut b)
+                .iter()
+                .filter(|e| **e == LinkEvent::PeerDown)
+                .count(),
+            1
+        );
+        assert!(!b.link_errors_persist(), "not yet dead_after_ns");
+        let t = run(t, 10_000_000, 250_000, &mut a, &mut b, &mut |ab, buf| {
+            if ab {
+                flip(buf);
+            }
+            true
+        });
+        assert!(b.stats().link_errors >= 2);
+        assert!(b.link_errors_persist());
+        assert_eq!(
+            events(&mut b)
+                .iter()
+                .filter(|e| **e == LinkEvent::PeerDown)
+                .count(),
+            1
+        );
+        assert!(!b.is_up());
+        // The damage stops: up again, and no longer persistent.
+        run(t, t + 3 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert!(!b.link_errors_persist());
+        assert_eq!(a.credits(0), 4);
     }
 
     #[test]

@@ -1225,6 +1225,9 @@ mod tests {
         let ka = json!({"event": "port-down", "port": 2, "reason": "keepalive timeout"});
         assert!(!is_link_error(&ka));
         assert!(!is_link_error(&json!({"event": "port-up", "port": 2})));
+        // Errors that outlast dead_after are a fault to route around.
+        let persist = json!({"event": "port-down", "port": 2, "reason": "persistent link errors (down longer than dead_after)"});
+        assert!(!is_link_error(&persist));
     }
     use crate::scenario::Scenario;
     use serde_json::json;

@@ -259,8 +259,16 @@ impl Node for SwitchNode {
                         counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
                         .increment(1);
                     }
+                    let persist = self
+                        .switch
+                        .link(port)
+                        .is_ok_and(|l| l.link_errors_persist());
                     let reason = if admin {
                         "disabled by the controller".into()
+                    } else if persist {
+                        // Not a transient: the controller routes around it.
+                        let _ = self.events.down_reason(port);
+                        "persistent link errors (down longer than dead_after)".into()
                     } else {
                         self.events.down_reason(port)
                     };
