@@ -93,6 +93,15 @@ pub struct FabricParams {
     /// What carries the datagrams; `udp` by default.
     #[serde(default)]
     pub transport: DataTransport,
+    /// How long a link stays down after a link error (a lost or rejected
+    /// datagram) before it retrains; 0 = no link error recovery (losses
+    /// are only counted). docs/wire.md, "Link errors and retraining".
+    #[serde(default = "default_link_retrain_ns")]
+    pub link_retrain_ns: u64,
+}
+
+fn default_link_retrain_ns() -> u64 {
+    crate::link::DEFAULT_RETRAIN_NS
 }
 
 impl FabricParams {
@@ -123,6 +132,7 @@ impl Default for FabricParams {
             max_packet_flits: 8,
             recovery: Default::default(),
             transport: DataTransport::Udp,
+            link_retrain_ns: crate::link::DEFAULT_RETRAIN_NS,
         }
     }
 }
@@ -235,6 +245,16 @@ pub enum EventKind {
     PortDown { port: PortNo, reason: String },
     /// The link on `port` works again.
     PortUp { port: PortNo },
+    /// A link error on `port` (docs/wire.md, "Link errors and retraining"):
+    /// a datagram was lost or rejected here (`by_peer` false; `cause` crc,
+    /// malformed, seq_gap) or the peer detected one and sent a link reset.
+    /// The link retrains for `retrain_ns`; a `port-down` follows if it was up.
+    LinkError {
+        port: PortNo,
+        cause: String,
+        by_peer: bool,
+        retrain_ns: u64,
+    },
 }
 
 impl DaemonConfig {
@@ -292,6 +312,12 @@ impl DaemonConfig {
             return Err(ConfigError(
                 "dead_after must be longer than the keepalive interval".into(),
             ));
+        }
+        if f.link_retrain_ns > 60_000_000_000 {
+            return Err(ConfigError(format!(
+                "link_retrain_ns {} is longer than 60 s (0 = no link error recovery)",
+                f.link_retrain_ns
+            )));
         }
         Ok(())
     }

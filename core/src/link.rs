@@ -64,6 +64,14 @@ pub struct LinkConfig {
     /// there. Daemons set it near their event loop's wake-up lateness,
     /// which delays flits by as much anyway.
     pub pacing_quantum_ns: u64,
+    /// Link error recovery (docs/wire.md, "Link errors and retraining"):
+    /// a datagram lost or rejected while the link is in service (CRC
+    /// failure, malformed datagram, sequence gap) is a *link error*: this
+    /// end stops the link at once and tells the peer with a link-reset
+    /// item, both ends report `PeerDown`, stay down for `retrain_ns` and
+    /// then come back up with credits resynchronised. 0 = off: losses are
+    /// only counted and the lost flits written off by sync records.
+    pub retrain_ns: u64,
 }
 
 impl Default for LinkConfig {
@@ -78,9 +86,14 @@ impl Default for LinkConfig {
             mtu: wire::DEFAULT_MTU,
             credit_coalesce_ns: 2_000,
             pacing_quantum_ns: 0,
+            retrain_ns: DEFAULT_RETRAIN_NS,
         }
     }
 }
+
+/// Default [`LinkConfig::retrain_ns`]: 10 ms, a few keepalive round trips
+/// on loopback and the order of an InfiniBand link retrain.
+pub const DEFAULT_RETRAIN_NS: u64 = 10_000_000;
 
 /// A configuration value out of range.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -136,6 +149,13 @@ impl LinkConfig {
                 "must exceed keepalive_interval_ns",
             ));
         }
+        if self.retrain_ns > 60_000_000_000 {
+            return Err(invalid(
+                "link.retrain_ns",
+                self.retrain_ns,
+                "must be at most 60 s (0 = no link error recovery)",
+            ));
+        }
         let min_mtu = HEADER_LEN + self.control_reserve() + 64;
         if self.mtu < min_mtu || self.mtu > 65_507 {
             return Err(invalid(
@@ -178,6 +198,58 @@ pub enum LinkEvent {
     PeerDown,
     /// The peer came back with a new epoch (it restarted): credit state was reset.
     PeerRestarted { old_epoch: u16, new_epoch: u16 },
+    /// A link error: a datagram was lost or rejected here (`by_peer`
+    /// false) or the peer detected one and sent a link reset (`by_peer`
+    /// true, `cause` is the peer's). The link is down and retrains for
+    /// `retrain_ns`; `PeerDown` follows if the peer was up.
+    LinkError {
+        cause: LinkErrorCause,
+        by_peer: bool,
+    },
+}
+
+/// What made a link error (the code travels in the link-reset item).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkErrorCause {
+    /// A datagram failed its CRC check.
+    Crc,
+    /// A datagram failed to decode for another reason (truncated, bad
+    /// version, bad item).
+    Malformed,
+    /// Datagrams missing from the link sequence.
+    SeqGap,
+    /// The peer's reset named a cause this end does not know.
+    Unspecified,
+}
+
+impl LinkErrorCause {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkErrorCause::Crc => "crc",
+            LinkErrorCause::Malformed => "malformed",
+            LinkErrorCause::SeqGap => "seq_gap",
+            LinkErrorCause::Unspecified => "unspecified",
+        }
+    }
+
+    /// Wire code in the link-reset item (docs/wire.md).
+    pub fn code(self) -> u8 {
+        match self {
+            LinkErrorCause::Crc => 1,
+            LinkErrorCause::Malformed => 2,
+            LinkErrorCause::SeqGap => 3,
+            LinkErrorCause::Unspecified => 0,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Self {
+        match code {
+            1 => LinkErrorCause::Crc,
+            2 => LinkErrorCause::Malformed,
+            3 => LinkErrorCause::SeqGap,
+            _ => LinkErrorCause::Unspecified,
+        }
+    }
 }
 
 /// Counters of one link end. Per-VC arrays are indexed by VC.
@@ -220,6 +292,19 @@ pub struct LinkStats {
     pub rx_dropped_down: u64,
     pub rx_dropped_unsynced: u64,
     pub peer_down_events: u64,
+    /// Link errors this end detected (each starts a retrain).
+    pub link_errors: u64,
+    /// Link resets received from the peer (each starts a retrain here).
+    pub peer_link_resets: u64,
+    /// Link-reset items sent.
+    pub tx_link_resets: u64,
+    /// Retrain periods completed.
+    pub retrains: u64,
+    /// Datagrams received while retraining (dropped, like on a down link).
+    pub rx_dropped_retraining: u64,
+    /// From the last link error to the peer being heard again, in ns.
+    pub last_recovery_ns: u64,
+    pub max_recovery_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -283,6 +368,24 @@ pub struct Link {
     events: VecDeque<LinkEvent>,
     stats: LinkStats,
     scratch: wire::Frame,
+    /// Retraining after a link error until this time: nothing but link
+    /// resets is sent and everything received is dropped.
+    retrain_until: Option<u64>,
+    /// This end detected the error being retrained for: it repeats the
+    /// link reset (generation, cause) at `next_reset_at`.
+    reset_tx: Option<(u16, LinkErrorCause)>,
+    next_reset_at: u64,
+    /// Generation of the last link error this end detected.
+    reset_gen: u16,
+    /// Sender epoch and generation of the last link reset the peer sent
+    /// that was acted on (its repeats are ignored; a restarted peer's
+    /// generations start again under a new epoch).
+    peer_reset_gen: Option<(u16, u16)>,
+    /// When the link error being recovered from happened.
+    error_at: Option<u64>,
+    /// Link errors have kept the link down for `dead_after_ns` (reported
+    /// with a second `PeerDown`); cleared when the link is up again.
+    errors_persist: bool,
 }
 
 fn ahead(a: u16, b: u16) -> i16 {
@@ -328,6 +431,13 @@ impl Link {
             events: VecDeque::new(),
             stats: LinkStats::default(),
             scratch: wire::Frame::default(),
+            retrain_until: None,
+            reset_tx: None,
+            next_reset_at: 0,
+            reset_gen: 0,
+            peer_reset_gen: None,
+            error_at: None,
+            errors_persist: false,
             cfg,
         })
     }
@@ -367,6 +477,18 @@ impl Link {
 
     pub fn is_admin_up(&self) -> bool {
         self.admin_up
+    }
+
+    /// Retraining after a link error (down until the retrain delay is over).
+    pub fn is_retraining(&self) -> bool {
+        self.retrain_until.is_some()
+    }
+
+    /// Link errors have kept the link down for at least `dead_after_ns`:
+    /// not a transient any more (an owner may route around it, as it
+    /// would around a silent peer). Cleared when the link is up again.
+    pub fn link_errors_persist(&self) -> bool {
+        self.errors_persist
     }
 
     /// Flits accepted by `send` and not yet transmitted.
@@ -492,8 +614,14 @@ impl Link {
         if !up {
             self.stats.rx_dropped_down += self.in_flight.len() as u64;
             self.in_flight.clear();
+            // A disabled link does not train; re-enabling starts afresh.
+            self.retrain_until = None;
+            self.reset_tx = None;
         } else {
             self.next_sync_at = None;
+            // What the peer sent while we were down was dropped on purpose,
+            // not lost: sequence tracking restarts.
+            self.rx_seq = RxSeq::default();
             if !self.alive {
                 self.probe_since = Some(self.now);
             }
@@ -550,6 +678,7 @@ impl Link {
     /// records take effect after the same delay.
     pub fn handle_datagram(&mut self, now: u64, data: Bytes) -> Result<(), WireError> {
         self.advance(now);
+        self.end_retrain_if_due(now);
         let mut frame = std::mem::take(&mut self.scratch);
         let r = self.take_in(now, &data, &mut frame);
         frame.items.clear();
@@ -565,10 +694,19 @@ impl Link {
         frame: &mut wire::Frame,
     ) -> Result<(), WireError> {
         if let Err(e) = wire::decode_bytes_into(data, frame) {
-            match e {
-                WireError::BadCrc { .. } => self.stats.crc_errors += 1,
-                _ => self.stats.bad_datagrams += 1,
-            }
+            let cause = match e {
+                WireError::BadCrc { .. } => {
+                    self.stats.crc_errors += 1;
+                    LinkErrorCause::Crc
+                }
+                _ => {
+                    self.stats.bad_datagrams += 1;
+                    LinkErrorCause::Malformed
+                }
+            };
+            // On a point-to-point link a datagram that does not decode is
+            // one the peer sent and we lost.
+            self.link_error(now, cause);
             return Err(e);
         }
         if !self.admin_up {
@@ -577,6 +715,37 @@ impl Link {
         }
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += data.len() as u64;
+        // With link error recovery off, a link reset is an unknown
+        // extension like any other (skipped).
+        let reset = frame.items.iter().find_map(|i| match i {
+            Item::Extension { code, body }
+                if *code == wire::EXT_LINK_RESET && self.cfg.retrain_ns > 0 =>
+            {
+                wire::decode_link_reset(body)
+            }
+            _ => None,
+        });
+        if self.retrain_until.is_some() {
+            // Everything is dropped while retraining; a reset from the peer
+            // (both ends detected an error) is noted so that its repeats,
+            // which may arrive after this end is back, are not new errors.
+            if let Some((gen, _)) = reset {
+                self.peer_reset_gen = Some((frame.header.epoch, gen));
+            }
+            self.stats.rx_dropped_retraining += 1;
+            return Ok(());
+        }
+        if let Some((gen, code)) = reset {
+            let id = (frame.header.epoch, gen);
+            if self.peer_reset_gen != Some(id) {
+                self.peer_reset_gen = Some(id);
+                self.stats.peer_link_resets += 1;
+                self.enter_retrain(now, LinkErrorCause::from_code(code), true);
+            } else {
+                self.stats.rx_dropped_retraining += 1;
+            }
+            return Ok(());
+        }
         self.last_heard = now;
         self.probe_since = None;
         if !self.alive {
@@ -584,6 +753,12 @@ impl Link {
             // keepalive interval.
             self.alive = true;
             self.next_sync_at = None;
+            self.errors_persist = false;
+            if let Some(at) = self.error_at.take() {
+                let d = now.saturating_sub(at);
+                self.stats.last_recovery_ns = d;
+                self.stats.max_recovery_ns = self.stats.max_recovery_ns.max(d);
+            }
             self.events.push_back(LinkEvent::PeerUp);
         }
         let h = frame.header;
@@ -612,7 +787,13 @@ impl Link {
             };
         } else {
             let d = h.seq.wrapping_sub(s.next) as i32;
-            if d >= 0 {
+            if d > 0 && self.cfg.retrain_ns > 0 {
+                // Datagrams were lost: their flits may include a tail that
+                // would never come. The link goes down instead of limping on.
+                self.stats.seq_gaps += d as u64;
+                self.link_error(now, LinkErrorCause::SeqGap);
+                return Ok(());
+            } else if d >= 0 {
                 self.stats.seq_gaps += d as u64;
                 s.next = h.seq.wrapping_add(1);
             } else if (h.seq.wrapping_sub(s.floor) as i32) < 0 {
@@ -674,6 +855,7 @@ impl Link {
                 Item::Flit(f) => self.accept_flit(f),
                 Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
                 Item::Sync(s) => self.apply_sync(&s),
+                // Link resets are acted on when the datagram arrives.
                 Item::Keepalive | Item::Extension { .. } => {}
             }
         }
@@ -749,6 +931,7 @@ impl Link {
     /// down after `dead_after_ns` of silence.
     pub fn handle_timeout(&mut self, now: u64) {
         self.advance(now);
+        self.end_retrain_if_due(now);
         self.deliver_due(now);
         if self.alive && now.saturating_sub(self.last_heard) >= self.cfg.dead_after_ns {
             self.alive = false;
@@ -762,6 +945,65 @@ impl Link {
                 self.events.push_back(LinkEvent::PeerDown);
             }
         }
+    }
+
+    /// A datagram was lost or rejected: unless the link is disabled,
+    /// already retraining or link error recovery is off, it goes down and
+    /// retrains, and the peer is told with link-reset items.
+    fn link_error(&mut self, now: u64, cause: LinkErrorCause) {
+        if !self.admin_up || self.retrain_until.is_some() || self.cfg.retrain_ns == 0 {
+            return;
+        }
+        self.stats.link_errors += 1;
+        self.reset_gen = self.reset_gen.wrapping_add(1);
+        self.enter_retrain(now, cause, false);
+        self.reset_tx = Some((self.reset_gen, cause));
+        self.next_reset_at = now;
+    }
+
+    /// Takes the link down for `retrain_ns`, as a dead peer would: what is
+    /// still propagating is dropped (the peer's next sync writes its flits
+    /// off), and the owner sees `LinkError` then `PeerDown`.
+    fn enter_retrain(&mut self, now: u64, cause: LinkErrorCause, by_peer: bool) {
+        self.retrain_until = Some(now.saturating_add(self.cfg.retrain_ns));
+        self.reset_tx = None;
+        self.probe_since = None;
+        self.stats.rx_dropped_retraining += self.in_flight.len() as u64;
+        self.in_flight.clear();
+        let first = *self.error_at.get_or_insert(now);
+        self.events
+            .push_back(LinkEvent::LinkError { cause, by_peer });
+        if self.alive {
+            self.alive = false;
+            self.stats.peer_down_events += 1;
+            self.events.push_back(LinkEvent::PeerDown);
+        } else if !self.errors_persist && now.saturating_sub(first) >= self.cfg.dead_after_ns {
+            // Errors have kept the link down as long as silence would
+            // take to declare the peer dead: a second `PeerDown`, which
+            // `link_errors_persist` tells apart from the first.
+            self.errors_persist = true;
+            self.stats.peer_down_events += 1;
+            self.events.push_back(LinkEvent::PeerDown);
+        }
+    }
+
+    /// Ends a retrain whose delay is over: sequence tracking restarts (what
+    /// was dropped meanwhile is not a new error) and a sync goes out at once;
+    /// the link is up when the peer is heard (`PeerUp`), and reported down
+    /// again if it stays silent for `dead_after_ns`.
+    fn end_retrain_if_due(&mut self, now: u64) {
+        let Some(until) = self.retrain_until else {
+            return;
+        };
+        if now < until {
+            return;
+        }
+        self.retrain_until = None;
+        self.reset_tx = None;
+        self.stats.retrains += 1;
+        self.rx_seq = RxSeq::default();
+        self.next_sync_at = None;
+        self.probe_since = Some(now);
     }
 
     fn refill(&mut self, now: u64) {
@@ -822,9 +1064,13 @@ impl Link {
     /// credits after those calls never misses a change.
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
         self.advance(now);
+        self.end_retrain_if_due(now);
         out.clear();
         if !self.admin_up {
             return false;
+        }
+        if self.retrain_until.is_some() {
+            return self.poll_link_reset(now, out);
         }
         self.refill(now);
         let data_ok = self.data_ok() && !self.tx_queue.is_empty();
@@ -911,10 +1157,45 @@ impl Link {
         true
     }
 
+    /// While retraining after an error detected here: the link-reset
+    /// datagram, sent at once and then four times per retrain delay.
+    fn poll_link_reset(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
+        let Some((gen, cause)) = self.reset_tx else {
+            return false;
+        };
+        if now < self.next_reset_at {
+            return false;
+        }
+        let header = Header {
+            epoch: self.epoch,
+            peer_epoch: self.peer_epoch.unwrap_or(0),
+            seq: self.tx_seq,
+        };
+        let mut w = FrameWriter::new(out, header);
+        w.push_extension(
+            wire::EXT_LINK_RESET,
+            &wire::encode_link_reset(gen, cause.code()),
+        );
+        let len = w.finish();
+        self.tx_seq = self.tx_seq.wrapping_add(1);
+        self.stats.tx_datagrams += 1;
+        self.stats.tx_bytes += len as u64;
+        self.stats.tx_link_resets += 1;
+        self.next_reset_at = now.saturating_add((self.cfg.retrain_ns / 4).max(1));
+        true
+    }
+
     /// Earliest time at which `handle_timeout` or `poll_transmit` has work.
     pub fn poll_timeout(&self) -> Option<u64> {
         let mut t: Option<u64> = None;
         let mut at = |x: u64| t = Some(t.map_or(x, |t| t.min(x)));
+        if let Some(until) = self.retrain_until {
+            at(until);
+            if self.admin_up && self.reset_tx.is_some() {
+                at(self.next_reset_at);
+            }
+            return t;
+        }
         if let Some((due, _)) = self.in_flight.front() {
             at(*due);
         }
@@ -964,7 +1245,18 @@ mod tests {
             keepalive_interval_ns: 1_000_000,
             dead_after_ns: 5_000_000,
             credit_coalesce_ns: 0,
+            retrain_ns: RETRAIN,
             ..LinkConfig::default()
+        }
+    }
+
+    const RETRAIN: u64 = 2_000_000;
+
+    /// Links that only count losses (no link error recovery).
+    fn lossy_cfg() -> LinkConfig {
+        LinkConfig {
+            retrain_ns: 0,
+            ..cfg()
         }
     }
 
@@ -1230,7 +1522,7 @@ mod tests {
 
     #[test]
     fn loss_reorder_and_corruption_are_detected_and_counted() {
-        let (mut a, mut b) = connected(cfg());
+        let (mut a, mut b) = connected(lossy_cfg());
         let mut bufs = Vec::new();
         let mut buf = Vec::new();
         for i in 0..3 {
@@ -1266,7 +1558,10 @@ mod tests {
 
     #[test]
     fn peer_death_is_detected_and_credits_resync_after_restore() {
-        let (mut a, mut b) = connected(cfg());
+        // Without link error recovery: the cut direction's datagrams are
+        // lost, and only the sync records reconcile (with it, the gap
+        // would be a link error: `a_one_way_cut_heals_through_a_retrain`).
+        let (mut a, mut b) = connected(lossy_cfg());
         let mut cut = true;
         for i in 0..4 {
             a.send(flit(0, i)).unwrap();
@@ -1356,6 +1651,363 @@ mod tests {
         assert_eq!(a.poll_event(), Some(LinkEvent::PeerDown));
     }
 
+    /// Steps time by `step` from `from` to `to`, exchanging through
+    /// `filter` at every step; returns the time reached.
+    fn run(
+        from: u64,
+        to: u64,
+        step: u64,
+        a: &mut Link,
+        b: &mut Link,
+        filter: &mut dyn FnMut(bool, &mut Vec<u8>) -> bool,
+    ) -> u64 {
+        let mut t = from;
+        while t <= to {
+            exchange(t, a, b, filter);
+            t += step;
+        }
+        t
+    }
+
+    fn events(l: &mut Link) -> Vec<LinkEvent> {
+        std::iter::from_fn(|| l.poll_event()).collect()
+    }
+
+    fn flip(buf: &mut [u8]) {
+        let i = buf.len() - 1;
+        buf[i] ^= 0x5A;
+    }
+
+    #[test]
+    fn a_corrupted_datagram_takes_both_ends_down_and_a_retrain_restores_full_credits() {
+        let (mut a, mut b) = connected(cfg());
+        for i in 0..4 {
+            a.send(flit(0, i)).unwrap();
+        }
+        a.send(flit(1, 0)).unwrap();
+        // The datagram with the five flits is damaged on the way to b.
+        let mut damaged = 0;
+        exchange(1_000, &mut a, &mut b, &mut |ab, buf| {
+            if ab && damaged == 0 {
+                damaged += 1;
+                flip(buf);
+            }
+            true
+        });
+        assert_eq!(damaged, 1);
+        assert_eq!(b.stats().crc_errors, 1);
+        assert_eq!(b.stats().link_errors, 1);
+        assert_eq!(
+            events(&mut b),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::Crc,
+                    by_peer: false
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        // b told a at once with a link reset: both ends are down.
+        assert_eq!(b.stats().tx_link_resets, 1);
+        assert_eq!(a.stats().peer_link_resets, 1);
+        assert_eq!(
+            events(&mut a),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::Crc,
+                    by_peer: true
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        assert!(a.is_retraining() && b.is_retraining());
+        assert!(!a.is_up() && !b.is_up());
+        assert!(
+            b.poll_received().is_none(),
+            "nothing of the damaged datagram"
+        );
+        assert_eq!(a.credits(0), 0, "the lost flits' credits are not back yet");
+        // Nothing but resets goes out while retraining, and a deadline is
+        // always set (no busy loop).
+        let mut buf = Vec::new();
+        assert!(!a.poll_transmit(1_000 + RETRAIN / 2, &mut buf));
+        assert!(a.poll_timeout().unwrap() <= 1_000 + RETRAIN);
+        // The retrain delay passes: both back up, credits resynchronised.
+        let t = run(
+            1_000 + RETRAIN / 2,
+            1_000 + RETRAIN,
+            RETRAIN / 4,
+            &mut a,
+            &mut b,
+            &mut pass,
+        );
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!(events(&mut a), vec![LinkEvent::PeerUp]);
+        assert_eq!(events(&mut b), vec![LinkEvent::PeerUp]);
+        assert_eq!(a.credits(0), 4);
+        assert_eq!(a.credits(1), 4);
+        assert_eq!(b.stats().rx_lost_flits, 5);
+        assert_eq!(b.stats().rx_overflow, 0);
+        assert_eq!((a.stats().retrains, b.stats().retrains), (1, 1));
+        assert!(b.stats().last_recovery_ns >= RETRAIN);
+        assert!(a.stats().last_recovery_ns > 0);
+        // And traffic flows again.
+        for i in 0..4 {
+            a.send(flit(0, 10 + i)).unwrap();
+        }
+        exchange(t + 10, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut b).len(), 4);
+    }
+
+    #[test]
+    fn a_run_of_corrupted_datagrams_retrains_until_the_link_is_clean() {
+        // Five retrains take longer than `cfg()`'s dead_after (that case is
+        // `errors_that_keep_the_link_down_past_dead_after_are_reported_again`).
+        let (mut a, mut b) = connected(LinkConfig {
+            dead_after_ns: 50_000_000,
+            ..cfg()
+        });
+        let (mut held, mut got) = (0u16, 0usize);
+        let mut left = 5;
+        let mut t = 0;
+        let mut seq = 0;
+        // Traffic a → b all along; the next five datagrams a sends are damaged.
+        while t < 200_000_000 && !(left == 0 && a.is_up() && b.is_up() && t > 50_000_000) {
+            while a.can_send(0) && seq < 400 {
+                a.send(flit(0, seq)).unwrap();
+                seq += 1;
+            }
+            exchange(t, &mut a, &mut b, &mut |ab, buf| {
+                if ab && left > 0 {
+                    left -= 1;
+                    flip(buf);
+                }
+                true
+            });
+            let n = drain(&mut b).len();
+            got += n;
+            held += n as u16;
+            b.release(0, held).unwrap();
+            held = 0;
+            let r = b.rx[0];
+            assert!(r.received.wrapping_sub(r.freed) <= 4);
+            assert!(a.credits(0) <= 4);
+            t += 250_000;
+        }
+        assert_eq!(left, 0, "all five damaged");
+        assert!(a.is_up() && b.is_up(), "back up at {t}");
+        // Every damaged datagram was a link error (one at b per retrain),
+        // each one reset a, and each retrain finished.
+        assert_eq!(b.stats().crc_errors, 5);
+        assert_eq!(b.stats().link_errors, 5);
+        assert_eq!(a.stats().peer_link_resets, 5);
+        assert_eq!(a.stats().retrains, 5);
+        assert_eq!(b.stats().retrains, 5);
+        assert_eq!(b.stats().rx_overflow, 0);
+        // Once: one down and one up per end, however many errors.
+        let ev = events(&mut b);
+        assert_eq!(ev.iter().filter(|e| **e == LinkEvent::PeerDown).count(), 1);
+        assert_eq!(ev.iter().filter(|e| **e == LinkEvent::PeerUp).count(), 1);
+        exchange(t, &mut a, &mut b, &mut pass);
+        exchange(t + 2_000_000, &mut a, &mut b, &mut pass);
+        got += drain(&mut b).len();
+        assert_eq!(
+            got as u64 + b.stats().rx_lost_flits,
+            a.stats().tx_flits[0],
+            "every flit sent was delivered or written off"
+        );
+        assert_eq!(a.credits(0), 4 - a.queued() as u16);
+    }
+
+    #[test]
+    fn errors_detected_at_both_ends_at_once_cost_one_retrain() {
+        let (mut a, mut b) = connected(cfg());
+        a.send(flit(0, 0)).unwrap();
+        b.send(flit(0, 0)).unwrap();
+        let mut buf = Vec::new();
+        assert!(a.poll_transmit(10, &mut buf));
+        let mut from_a = buf.clone();
+        assert!(b.poll_transmit(10, &mut buf));
+        let mut from_b = buf.clone();
+        flip(&mut from_a);
+        flip(&mut from_b);
+        assert!(b.handle_datagram_slice(10, &from_a).is_err());
+        assert!(a.handle_datagram_slice(10, &from_b).is_err());
+        let t = run(10, 10 + 3 * RETRAIN, RETRAIN / 8, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!((a.stats().link_errors, b.stats().link_errors), (1, 1));
+        // Each end heard the other's reset while retraining: no second round.
+        assert_eq!(
+            (a.stats().peer_link_resets, b.stats().peer_link_resets),
+            (0, 0)
+        );
+        assert_eq!((a.stats().retrains, b.stats().retrains), (1, 1));
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!((a.credits(0), b.credits(0)), (4, 4));
+    }
+
+    #[test]
+    fn a_one_way_cut_heals_through_a_retrain() {
+        let (mut a, mut b) = connected(cfg());
+        // One datagram a → b vanishes; b learns of it from the next one.
+        a.send(flit(0, 0)).unwrap();
+        let mut dropped = false;
+        exchange(10, &mut a, &mut b, &mut |ab, _| {
+            if ab && !dropped {
+                dropped = true;
+                return false;
+            }
+            true
+        });
+        assert_eq!(b.stats().link_errors, 0, "nothing seen yet");
+        let t = run(20, 1_500_000, 500_000, &mut a, &mut b, &mut pass);
+        assert_eq!(b.stats().link_errors, 1);
+        assert_eq!(b.stats().seq_gaps, 1);
+        assert!(matches!(
+            b.poll_event(),
+            Some(LinkEvent::LinkError {
+                cause: LinkErrorCause::SeqGap,
+                by_peer: false
+            })
+        ));
+        let t = run(t, t + 2 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!(a.credits(0), 4);
+        assert_eq!(b.stats().rx_lost_flits, 1);
+    }
+
+    #[test]
+    fn retraining_is_off_with_a_zero_delay() {
+        let (mut a, mut b) = connected(lossy_cfg());
+        a.send(flit(0, 0)).unwrap();
+        exchange(10, &mut a, &mut b, &mut |ab, buf| {
+            if ab {
+                flip(buf);
+            }
+            true
+        });
+        assert_eq!(b.stats().crc_errors, 1);
+        assert_eq!(b.stats().link_errors, 0);
+        assert!(b.is_up() && !b.is_retraining());
+        assert_eq!(b.poll_event(), None);
+    }
+
+    #[test]
+    fn a_reset_repeat_after_the_retrain_is_not_a_new_error() {
+        let (mut a, mut b) = connected(cfg());
+        a.send(flit(0, 0)).unwrap();
+        let mut buf = Vec::new();
+        assert!(a.poll_transmit(10, &mut buf));
+        flip(&mut buf);
+        assert!(b.handle_datagram_slice(10, &buf).is_err());
+        assert!(b.poll_transmit(10, &mut buf));
+        let reset = buf.clone();
+        a.handle_datagram_slice(10, &reset).unwrap();
+        assert_eq!(a.stats().peer_link_resets, 1);
+        let t = run(20, 20 + 2 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        // A delayed copy of the same reset arrives: ignored.
+        a.handle_datagram_slice(t, &reset).unwrap();
+        assert_eq!(a.stats().peer_link_resets, 1);
+        assert!(a.is_up() && !a.is_retraining());
+    }
+
+    #[test]
+    fn a_restarted_peers_first_reset_is_acted_on() {
+        let damage_next = |left: &mut u32| {
+            let mut left = std::mem::take(left);
+            move |ab: bool, buf: &mut Vec<u8>| {
+                if ab && left > 0 {
+                    left -= 1;
+                    flip(buf);
+                }
+                true
+            }
+        };
+        let (mut a, mut b) = connected(cfg());
+        let t = run(
+            10,
+            10 + 3 * RETRAIN,
+            RETRAIN / 4,
+            &mut a,
+            &mut b,
+            &mut damage_next(&mut 1),
+        );
+        assert_eq!((b.stats().link_errors, a.stats().peer_link_resets), (1, 1));
+        assert!(a.is_up() && b.is_up());
+        // b restarts, and the first thing the new b sends is a reset (a's
+        // first datagram to it arrived damaged): its generations start
+        // again at 1, under a new epoch, and a must act on it.
+        let mut b = Link::with_epoch(cfg(), 21).unwrap();
+        let mut buf = Vec::new();
+        a.send(flit(0, 0)).unwrap();
+        assert!(a.poll_transmit(t, &mut buf));
+        flip(&mut buf);
+        assert!(b.handle_datagram_slice(t, &buf).is_err());
+        assert_eq!(b.stats().link_errors, 1);
+        assert!(b.poll_transmit(t, &mut buf));
+        a.handle_datagram_slice(t, &buf).unwrap();
+        assert_eq!(a.stats().peer_link_resets, 2);
+        assert!(a.is_retraining());
+        run(t, t + 3 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+    }
+
+    #[test]
+    fn errors_that_keep_the_link_down_past_dead_after_are_reported_again() {
+        let (mut a, mut b) = connected(cfg());
+        // Everything a sends arrives damaged, until it stops below.
+        let t = run(10, 4_000_000, 250_000, &mut a, &mut b, &mut |ab, buf| {
+            if ab {
+                flip(buf);
+            }
+            true
+        });
+        assert_eq!(
+            events(&mut b)
+                .iter()
+                .filter(|e| **e == LinkEvent::PeerDown)
+                .count(),
+            1
+        );
+        assert!(!b.link_errors_persist(), "not yet dead_after_ns");
+        let t = run(t, 10_000_000, 250_000, &mut a, &mut b, &mut |ab, buf| {
+            if ab {
+                flip(buf);
+            }
+            true
+        });
+        assert!(b.stats().link_errors >= 2);
+        assert!(b.link_errors_persist());
+        assert_eq!(
+            events(&mut b)
+                .iter()
+                .filter(|e| **e == LinkEvent::PeerDown)
+                .count(),
+            1
+        );
+        assert!(!b.is_up());
+        // The damage stops: up again, and no longer persistent.
+        run(t, t + 3 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert!(!b.link_errors_persist());
+        assert_eq!(a.credits(0), 4);
+    }
+
+    #[test]
+    fn admin_down_then_up_is_not_a_link_error() {
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        b.send(flit(0, 0)).unwrap();
+        let t = run(0, 6_000_000, 500_000, &mut a, &mut b, &mut pass);
+        a.set_admin_up(true);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!((a.stats().link_errors, b.stats().link_errors), (0, 0));
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Send(u8),
@@ -1375,12 +2027,54 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever arrives — random bytes, or a real datagram with bytes
+        /// changed or cut — nothing panics, and after the retrain the link
+        /// is up with every credit back and the flow-control invariant kept.
+        #[test]
+        fn garbage_datagrams_never_panic_and_the_link_recovers(
+            junk in proptest::collection::vec(any::<u8>(), 0..300),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
+            cut in any::<prop::sample::Index>(),
+            mode in 0u8..3,
+        ) {
+            let (mut a, mut b) = connected(cfg());
+            for i in 0..3 {
+                a.send(flit(0, i)).unwrap();
+            }
+            let mut buf = Vec::new();
+            prop_assert!(a.poll_transmit(10, &mut buf));
+            let bad = match mode {
+                0 => junk,
+                1 => {
+                    let mut d = buf.clone();
+                    for (i, x) in &flips {
+                        let k = i.index(d.len());
+                        d[k] ^= x;
+                    }
+                    d
+                }
+                _ => buf[..cut.index(buf.len())].to_vec(),
+            };
+            let valid = bad == buf;
+            let r = b.handle_datagram_slice(10, &bad);
+            prop_assert_eq!(r.is_err() || valid, b.stats().link_errors == 1 || valid);
+            let t = run(10, 10 + 2 * RETRAIN + 2_000_000, RETRAIN / 4, &mut a, &mut b, &mut pass);
+            prop_assert!(a.is_up() && b.is_up());
+            let got = drain(&mut b).len() as u16;
+            b.release(0, got).unwrap();
+            exchange(t, &mut a, &mut b, &mut pass);
+            prop_assert_eq!(a.credits(0), 4);
+            prop_assert_eq!(b.stats().rx_overflow, 0);
+            prop_assert_eq!(got as u64 + b.stats().rx_lost_flits, 3);
+        }
+
         /// Under random sends, releases, losses and time, the sender never
         /// holds more credits than the depth, never over-commits the
         /// receiver, and after a clean exchange all credits come home.
         #[test]
-        fn credits_never_exceed_depth_and_never_overcommit(ops in proptest::collection::vec(op(), 1..200)) {
-            let (mut a, mut b) = connected(cfg());
+        fn credits_never_exceed_depth_and_never_overcommit(ops in proptest::collection::vec(op(), 1..200), recovery in proptest::bool::ANY) {
+            // With link error recovery every drop is a link error and retrain.
+            let (mut a, mut b) = connected(if recovery { cfg() } else { lossy_cfg() });
             let mut now = 0u64;
             let mut held = [0u16; 2];
             let mut buf = Vec::new();
@@ -1411,7 +2105,8 @@ mod tests {
                 }
                 prop_assert_eq!(b.stats().rx_overflow, 0);
             }
-            // Heal: release everything and exchange cleanly past a sync.
+            // Heal: release everything and exchange cleanly past a sync (and
+            // past any retrain).
             for _ in 0..3 {
                 now += 2_000_000;
                 exchange(now, &mut a, &mut b, &mut pass);

@@ -137,6 +137,10 @@ pub struct Fabric<S: SimNode> {
     pub unroutable: u64,
     pub datagrams: u64,
     pub events: u64,
+    /// Datagrams still to damage, per sending port ([`Fabric::corrupt`]).
+    corrupt_left: std::collections::BTreeMap<PortRef, u32>,
+    /// Datagrams damaged so far.
+    pub corrupted: u64,
 }
 
 impl<S: SimNode> Fabric<S> {
@@ -156,7 +160,16 @@ impl<S: SimNode> Fabric<S> {
             unroutable: 0,
             datagrams: 0,
             events: 0,
+            corrupt_left: Default::default(),
+            corrupted: 0,
         }
+    }
+
+    /// Damages the next `count` datagrams `from` sends (one byte flipped,
+    /// as `switchd`'s corrupt fault does): the receiver's CRC check
+    /// rejects them.
+    pub fn corrupt(&mut self, from: PortRef, count: u32) {
+        *self.corrupt_left.entry(from).or_default() += count;
     }
 
     pub fn now(&self) -> u64 {
@@ -196,6 +209,13 @@ impl<S: SimNode> Fabric<S> {
         while let Some(port) = self.node(i).poll_transmit(now, &mut buf) {
             self.datagrams += 1;
             let from = PortRef { node: me, port };
+            if let Some(left) = self.corrupt_left.get_mut(&from).filter(|l| **l > 0) {
+                *left -= 1;
+                self.corrupted += 1;
+                if let Some(b) = buf.last_mut() {
+                    *b ^= 0xa5;
+                }
+            }
             match self.topo.peer(from).filter(|_| self.topo.can_send(from)) {
                 Some(to) => {
                     let node = self.index(to.node);

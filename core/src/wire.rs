@@ -51,6 +51,30 @@ mod tag {
     pub const EXTENSION: u8 = 0xF;
 }
 
+/// Extension code of a **link reset** (docs/wire.md, "Link errors and
+/// retraining"): the sender detected a link error and is retraining; the
+/// receiver takes the link down and retrains too. Body: generation (u16
+/// LE, repeats of one reset carry the same), cause (u8: 1 CRC, 2 malformed,
+/// 3 sequence gap, 0 unspecified); longer bodies are accepted (extra bytes
+/// ignored), shorter ones are not a reset.
+pub const EXT_LINK_RESET: u8 = 0x01;
+/// Bytes of a link reset's extension body.
+pub const LINK_RESET_BODY_LEN: usize = 3;
+
+/// The extension body of a link reset.
+pub fn encode_link_reset(gen: u16, cause: u8) -> [u8; LINK_RESET_BODY_LEN] {
+    let g = gen.to_le_bytes();
+    [g[0], g[1], cause]
+}
+
+/// Generation and cause of a link reset's extension body; `None` if too short.
+pub fn decode_link_reset(body: &[u8]) -> Option<(u16, u8)> {
+    match body {
+        [a, b, cause, ..] => Some((u16::from_le_bytes([*a, *b]), *cause)),
+        _ => None,
+    }
+}
+
 /// Datagram header fields other than the item count and CRC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Header {
@@ -769,6 +793,30 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn link_reset_bodies_round_trip_and_short_ones_are_not_resets() {
+        let body = encode_link_reset(0xBEEF, 3);
+        assert_eq!(body.len(), LINK_RESET_BODY_LEN);
+        assert_eq!(decode_link_reset(&body), Some((0xBEEF, 3)));
+        // Longer bodies: extra bytes ignored (room to grow).
+        assert_eq!(decode_link_reset(&[1, 0, 2, 9, 9]), Some((1, 2)));
+        assert_eq!(decode_link_reset(&[1, 0]), None);
+        assert_eq!(decode_link_reset(&[]), None);
+        // It travels as an extension item through the ordinary codec.
+        let mut buf = Vec::new();
+        let mut w = FrameWriter::new(&mut buf, Header::default());
+        w.push_extension(EXT_LINK_RESET, &body);
+        w.finish();
+        let f = decode(&buf).unwrap();
+        assert_eq!(
+            f.items,
+            vec![Item::Extension {
+                code: EXT_LINK_RESET,
+                body: Bytes::copy_from_slice(&body)
+            }]
+        );
     }
 
     #[test]

@@ -272,6 +272,7 @@ impl Bench {
             max_packet_flits: 8,
             recovery: Default::default(),
             transport: Default::default(),
+            link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
         }
     }
 
@@ -652,6 +653,7 @@ impl Bench {
             max_packet_flits: 8,
             recovery: Default::default(),
             transport: Default::default(),
+            link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());

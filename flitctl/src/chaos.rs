@@ -75,6 +75,17 @@ pub struct ActionTiming {
     pub crc_errors_at_receiver: Option<u64>,
     /// Corrupt: datagrams asked to be damaged.
     pub count: Option<u32>,
+    /// Corrupt: link errors the receiving end detected (each took the link
+    /// down for a retrain; docs/wire.md), and link resets the damaging
+    /// end received from it, at the end of the run.
+    #[serde(default)]
+    pub link_errors_at_receiver: Option<u64>,
+    #[serde(default)]
+    pub link_resets_at_sender: Option<u64>,
+    /// Corrupt: from the first link error to both ends back up (daemon
+    /// events), ms.
+    #[serde(default)]
+    pub link_down_ms: Option<f64>,
 }
 
 /// Where every lost message went (spec 002 §3.2 loss model).
@@ -90,6 +101,10 @@ pub struct Accounting {
     /// rejected by the CRC check).
     pub link_lost_flits: u64,
     pub crc_errors: u64,
+    /// Link errors switches detected (each took a link down for a retrain,
+    /// so its port dropped what was routed to it meanwhile: `port-down`).
+    #[serde(default)]
+    pub link_errors: u64,
     /// Items that reached a disabled port (flits and credits).
     pub dropped_at_disabled_ports: u64,
     /// Upper bound of the flits a SIGKILLed switch held when it died:
@@ -243,6 +258,13 @@ fn link_name(topo: &Topology, l: LinkId) -> String {
     )
 }
 
+/// A port-down caused by a link error (the link retrains on its own).
+pub(crate) fn is_link_error(event: &serde_json::Value) -> bool {
+    event["reason"]
+        .as_str()
+        .is_some_and(|r| r.starts_with("link error"))
+}
+
 /// The links cabled to switch `s`.
 fn links_of(topo: &Topology, node: NodeRef) -> Vec<LinkId> {
     (0..topo.radix(node) as u16)
@@ -278,6 +300,16 @@ impl Controller<'_> {
                 port: port as u16,
             };
             let changed = match r.event["event"].as_str() {
+                // A link error is transient: the link retrains on its own
+                // within `link_retrain_ns` (docs/wire.md), as an InfiniBand
+                // port does without its subnet manager re-routing. Routing
+                // around it would swap tables twice within tens of ms, and
+                // packets routed by the old and new engines at once can
+                // deadlock (seen: e-cube → up*/down* → e-cube on the 4-cube
+                // wedged VC 0). The recovery protocol covers what the dead
+                // port drops; if the link stays dead, the peer's silence
+                // after the retrain is a port-down like any other.
+                Some("port-down") if is_link_error(&r.event) => false,
                 Some("port-down") => self.down_ends.insert(end),
                 Some("port-up") => self.down_ends.remove(&end),
                 _ => false,
@@ -521,6 +553,7 @@ fn timings(
     records: &[Record],
     traffic_start_ns: u64,
     switches: &[(NodeRef, serde_json::Value)],
+    hosts: &[(NodeRef, serde_json::Value)],
 ) -> Vec<ActionTiming> {
     let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
     applied
@@ -541,15 +574,63 @@ fn timings(
             if a.action.kind == ActionKind::Corrupt {
                 timing.count = Some(a.action.count);
                 if let Target::Link { end, .. } = a.action.target {
+                    // A switch port's counters, or a host's link counters.
+                    let port_counter = |e: Option<PortRef>, field: &str| {
+                        e.and_then(|r| {
+                            let switch = switches.iter().find(|(n, _)| *n == r.node);
+                            let host = hosts.iter().find(|(n, _)| *n == r.node);
+                            match (switch, host) {
+                                (Some((_, rep)), _) => {
+                                    rep["ports"][r.port as usize][field].as_u64()
+                                }
+                                (None, Some((_, rep))) => rep["link"][field].as_u64(),
+                                (None, None) => None,
+                            }
+                        })
+                    };
                     let receiver = topo.peer(end);
-                    timing.crc_errors_at_receiver = receiver.and_then(|r| {
-                        switches
-                            .iter()
-                            .find(|(n, _)| *n == r.node)
-                            .and_then(|(_, rep)| {
-                                rep["ports"][r.port as usize]["crc_errors"].as_u64()
+                    timing.crc_errors_at_receiver = port_counter(receiver, "crc_errors");
+                    timing.link_errors_at_receiver = port_counter(receiver, "link_errors");
+                    timing.link_resets_at_sender = port_counter(Some(end), "peer_link_resets");
+                    // Detection: the first link error either end reported;
+                    // back up: both ends reported port-up with no link
+                    // error after (a run of damaged datagrams retrains the
+                    // link several times).
+                    let ends: Vec<PortRef> = std::iter::once(end).chain(receiver).collect();
+                    let on_link = |r: &&Record| {
+                        r.time_ns >= t0
+                            && ends.iter().any(|e| {
+                                topo.node_name(e.node) == r.source
+                                    && r.event["port"].as_u64() == Some(e.port as u64)
                             })
-                    });
+                    };
+                    let mut events = records.iter().filter(on_link);
+                    if let Some(d) = events.find(|r| r.event["event"] == "link-error") {
+                        timing.detection_ms = Some(ms(t0, d.time_ns));
+                        timing.detected_by = Some(d.source.clone());
+                        timing.detection_reason = Some(format!(
+                            "link error ({})",
+                            d.event["cause"].as_str().unwrap_or("?")
+                        ));
+                        let mut up: BTreeMap<&str, bool> = ends
+                            .iter()
+                            .map(|e| (topo.node_name(e.node), false))
+                            .collect();
+                        for r in events {
+                            let Some(state) = up.get_mut(r.source.as_str()) else {
+                                continue;
+                            };
+                            match r.event["event"].as_str() {
+                                Some("link-error") | Some("port-down") => *state = false,
+                                Some("port-up") => *state = true,
+                                _ => {}
+                            }
+                            if up.values().all(|u| *u) {
+                                timing.link_down_ms = Some(ms(d.time_ns, r.time_ns));
+                                break;
+                            }
+                        }
+                    }
                 }
                 return timing;
             }
@@ -615,6 +696,7 @@ fn add_switch_losses(acc: &mut Accounting, reports: &[&serde_json::Value]) {
             for p in ports {
                 acc.link_lost_flits += num(&p["lost_flits"]);
                 acc.crc_errors += num(&p["crc_errors"]);
+                acc.link_errors += num(&p["link_errors"]);
             }
         }
         acc.dropped_at_disabled_ports += num(&r["rx_dropped_down"]);
@@ -832,7 +914,14 @@ pub fn run_scenario(
         }
     };
     let records = events.snapshot();
-    let actions = timings(&topo, &ctl.applied, &records, start_ns, &collected.switches);
+    let actions = timings(
+        &topo,
+        &ctl.applied,
+        &records,
+        start_ns,
+        &collected.switches,
+        &collected.hosts,
+    );
     let mut run = RunReport::build(
         &topo,
         &engine_name,
@@ -1043,12 +1132,16 @@ impl fmt::Display for ChaosReport {
         for a in &self.actions {
             write!(f, "  {:>7.3}s  {:<15} {:<24}", a.at_s, a.action, a.element)?;
             if a.action == "corrupt" {
+                let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
                 writeln!(
                     f,
-                    " {} datagrams damaged, receiver counted {} CRC errors",
+                    " {} datagrams damaged, receiver counted {} CRC errors, {} link errors \
+                     (sender reset {} times), link down {}",
                     a.count.unwrap_or(0),
-                    a.crc_errors_at_receiver
-                        .map_or("?".into(), |v| v.to_string())
+                    n(a.crc_errors_at_receiver),
+                    n(a.link_errors_at_receiver),
+                    n(a.link_resets_at_sender),
+                    opt(a.link_down_ms)
                 )?;
             } else {
                 writeln!(
@@ -1073,11 +1166,12 @@ impl fmt::Display for ChaosReport {
             .collect();
         writeln!(
             f,
-            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; at disabled ports {}; killed switches held at most {}",
+            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; link errors {}; at disabled ports {}; killed switches held at most {}",
             acc.messages_lost,
             if causes.is_empty() { "none".into() } else { causes.join(", ") },
             acc.link_lost_flits,
             acc.crc_errors,
+            acc.link_errors,
             acc.dropped_at_disabled_ports,
             acc.killed_switch_capacity_flits
         )?;
@@ -1124,6 +1218,18 @@ impl fmt::Display for ChaosReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_error_port_downs_are_told_apart() {
+        let le = json!({"event": "port-down", "port": 2, "reason": "link error (crc, detected)"});
+        assert!(is_link_error(&le));
+        let ka = json!({"event": "port-down", "port": 2, "reason": "keepalive timeout"});
+        assert!(!is_link_error(&ka));
+        assert!(!is_link_error(&json!({"event": "port-up", "port": 2})));
+        // Errors that outlast dead_after are a fault to route around.
+        let persist = json!({"event": "port-down", "port": 2, "reason": "persistent link errors (down longer than dead_after)"});
+        assert!(!is_link_error(&persist));
+    }
     use crate::scenario::Scenario;
     use serde_json::json;
 
@@ -1192,14 +1298,14 @@ mod tests {
                 json!({"event": "routes-installed", "failed_links": links}),
             ),
         ];
-        let t = timings(topo, &applied, &records, 0, &[]);
+        let t = timings(topo, &applied, &records, 0, &[], &[]);
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].detection_ms, Some(0.3));
         assert_eq!(t[0].detected_by.as_deref(), Some(nname.as_str()));
         assert_eq!(t[0].detection_reason.as_deref(), Some("keepalive timeout"));
         assert_eq!(t[0].routes_installed_ms, Some(0.399));
         // Nothing installed: no installation time.
-        let t = timings(topo, &applied, &records[..4], 0, &[]);
+        let t = timings(topo, &applied, &records[..4], 0, &[], &[]);
         assert_eq!(t[0].routes_installed_ms, None);
     }
 

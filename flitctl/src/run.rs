@@ -106,6 +106,8 @@ impl Watcher {
             if r.source == "controller"
                 || !(down || up)
                 || r.event["reason"] == "disabled by the controller"
+                // Transient: the link retrains on its own (chaos.rs).
+                || crate::chaos::is_link_error(&r.event)
             {
                 continue;
             }

@@ -78,6 +78,11 @@ pub struct FabricArgs {
     /// must not exist; deleted when the run ends). Default: flitnet-<random>.
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+    /// How long a link stays down after a link error (a datagram lost or
+    /// rejected by its CRC) before it retrains; 0 = no link error
+    /// recovery, losses are only counted (docs/wire.md).
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    pub link_retrain: Duration,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +123,7 @@ impl FabricArgs {
                 Transport::Udp => DataTransport::Udp,
                 Transport::Ethernet => DataTransport::Ethernet,
             },
+            link_retrain_ns: self.link_retrain.as_nanos() as u64,
         }
     }
 

@@ -42,6 +42,7 @@ fn link_config(cfg: &DaemonConfig) -> LinkConfig {
         dead_after_ns: f.dead_after_ns,
         mtu: f.mtu,
         pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
+        retrain_ns: f.link_retrain_ns,
         ..LinkConfig::default()
     }
 }
@@ -146,7 +147,32 @@ impl Node for HostNode {
                 let mut body = serde_json::to_value(self.endpoint.report()).unwrap_or_default();
                 body["name"] = self.name.clone().into();
                 body["drained"] = self.endpoint.is_drained().into();
-                body["credit_violations"] = self.endpoint.link().stats().rx_overflow.into();
+                let link = self.endpoint.link().stats();
+                body["credit_violations"] = link.rx_overflow.into();
+                // Credits of a live link not back from the switch (in a
+                // drained fabric: a leak).
+                let l = self.endpoint.link();
+                let missing: u64 = if l.is_up() {
+                    (0..l.config().vcs)
+                        .map(|vc| (l.config().buffer_depth - l.credits(vc)) as u64)
+                        .sum()
+                } else {
+                    0
+                };
+                body["credits_missing"] = missing.into();
+                // The host link's errors and link error recoveries
+                // (docs/wire.md, "Link errors and retraining").
+                body["link"] = serde_json::json!({
+                    "crc_errors": link.crc_errors,
+                    "bad_datagrams": link.bad_datagrams,
+                    "seq_gaps": link.seq_gaps,
+                    "lost_flits": link.rx_lost_flits,
+                    "link_errors": link.link_errors,
+                    "peer_link_resets": link.peer_link_resets,
+                    "retrains": link.retrains,
+                    "last_recovery_ns": link.last_recovery_ns,
+                    "max_recovery_ns": link.max_recovery_ns,
+                });
                 Response::Ok { body }
             }
             Request::SetPort { port: 0, up } => {
@@ -222,7 +248,10 @@ impl Node for HostNode {
                             .record(latency_ns as f64 / 1e9)
                     }
                 }
-                HostEvent::Link(e) => self.events.link_event(now, 0, &e),
+                HostEvent::Link(e) => {
+                    let retrain_ns = self.cfg.fabric.link_retrain_ns;
+                    self.events.link_event(now, 0, &e, retrain_ns)
+                }
                 other => tracing::warn!(event = ?other, "host event"),
             }
         }

@@ -11,6 +11,8 @@ use std::net::{SocketAddr, UdpSocket};
 pub struct EventSender {
     node: String,
     target: Option<(UdpSocket, SocketAddr)>,
+    /// The last link error reported and not yet followed by a port-down.
+    last_link_error: Option<(PortNo, String)>,
 }
 
 impl EventSender {
@@ -26,7 +28,11 @@ impl EventSender {
             .ok()?;
             UdpSocket::bind(bind).ok().map(|s| (s, addr))
         });
-        EventSender { node, target }
+        EventSender {
+            node,
+            target,
+            last_link_error: None,
+        }
     }
 
     /// Logs and pushes an event.
@@ -45,17 +51,43 @@ impl EventSender {
         }
     }
 
-    /// Translates a link-layer event of `port`.
-    pub fn link_event(&self, _now: u64, port: PortNo, event: &LinkEvent) {
+    /// Translates a link-layer event of `port`; `retrain_ns` is the link's
+    /// retrain delay (for link errors). A `PeerDown` right after a link
+    /// error says so in its reason.
+    pub fn link_event(&mut self, _now: u64, port: PortNo, event: &LinkEvent, retrain_ns: u64) {
         let kind = match event {
             LinkEvent::PeerDown => EventKind::PortDown {
                 port,
-                reason: "keepalive timeout".into(),
+                reason: self.down_reason(port),
             },
             LinkEvent::PeerUp => EventKind::PortUp { port },
             LinkEvent::PeerRestarted { .. } => EventKind::PortUp { port },
+            LinkEvent::LinkError { cause, by_peer } => {
+                self.link_error(port, cause.name(), *by_peer);
+                EventKind::LinkError {
+                    port,
+                    cause: cause.name().into(),
+                    by_peer: *by_peer,
+                    retrain_ns,
+                }
+            }
         };
         self.send(kind);
+    }
+
+    /// Notes a link error on `port`: the next `down_reason` names it.
+    pub fn link_error(&mut self, port: PortNo, cause: &str, by_peer: bool) {
+        let who = if by_peer { "reset by peer" } else { "detected" };
+        self.last_link_error = Some((port, format!("link error ({cause}, {who})")));
+    }
+
+    /// Why a port went down (not administratively): the link error just
+    /// reported on it, else the peer's silence.
+    pub fn down_reason(&mut self, port: PortNo) -> String {
+        match self.last_link_error.take() {
+            Some((p, reason)) if p == port => reason,
+            _ => "keepalive timeout".into(),
+        }
     }
 }
 

@@ -79,6 +79,7 @@ fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
             dead_after_ns: f.dead_after_ns,
             mtu: f.mtu,
             pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
+            retrain_ns: f.link_retrain_ns,
             ..LinkConfig::default()
         },
         max_packet_flits: f.max_packet_flits.min(u16::MAX as u32) as u16,
@@ -189,6 +190,22 @@ impl Node for SwitchNode {
                     .map(|l| l.stats().rx_overflow)
                     .sum();
                 body["credit_violations"] = overflow.into();
+                // Credits not (yet) back from the peers of live links: in a
+                // drained fabric every one is back, so anything left is a
+                // leak (lost flits whose slots were never written off).
+                let depth = self.switch.config().buffer_depth;
+                let missing: u64 = self
+                    .cabled
+                    .iter()
+                    .filter_map(|&p| self.switch.link(p).ok())
+                    .filter(|l| l.is_up())
+                    .map(|l| {
+                        (0..l.config().vcs)
+                            .map(|vc| (depth - l.credits(vc)) as u64)
+                            .sum::<u64>()
+                    })
+                    .sum();
+                body["credits_missing"] = missing.into();
                 // Items (flits and credits) that reached a disabled port or
                 // were still propagating when it was disabled: lost.
                 let dropped_down: u64 = (0..c.ports.len() as PortNo)
@@ -242,13 +259,32 @@ impl Node for SwitchNode {
                         counter!("flitnet_port_down_events_total", "switch" => self.name.clone(), "port" => port.to_string())
                         .increment(1);
                     }
-                    self.events.send(EventKind::PortDown {
+                    let persist = self
+                        .switch
+                        .link(port)
+                        .is_ok_and(|l| l.link_errors_persist());
+                    let reason = if admin {
+                        "disabled by the controller".into()
+                    } else if persist {
+                        // Not a transient: the controller routes around it.
+                        let _ = self.events.down_reason(port);
+                        "persistent link errors (down longer than dead_after)".into()
+                    } else {
+                        self.events.down_reason(port)
+                    };
+                    self.events.send(EventKind::PortDown { port, reason })
+                }
+                SwitchEvent::LinkError {
+                    port,
+                    cause,
+                    by_peer,
+                } => {
+                    self.events.link_error(port, cause.name(), by_peer);
+                    self.events.send(EventKind::LinkError {
                         port,
-                        reason: if admin {
-                            "disabled by the controller".into()
-                        } else {
-                            "keepalive timeout".into()
-                        },
+                        cause: cause.name().into(),
+                        by_peer,
+                        retrain_ns: self.switch.config().link.retrain_ns,
                     })
                 }
                 SwitchEvent::PortUp { port } | SwitchEvent::PeerRestarted { port } => {
@@ -309,6 +345,9 @@ impl Node for SwitchNode {
             ] {
                 counter!("flitnet_link_errors_total", "switch" => sw.clone(), "port" => port.clone(), "kind" => kind).absolute(v);
             }
+            for (origin, v) in [("local", pc.link_errors), ("peer", pc.peer_link_resets)] {
+                counter!("flitnet_port_link_retrains_total", "switch" => sw.clone(), "port" => port.clone(), "origin" => origin).absolute(v);
+            }
         }
         for r in flitnet_core::switch::DropReason::ALL {
             counter!("flitnet_drops_total", "switch" => sw.clone(), "reason" => r.name())
@@ -356,6 +395,10 @@ fn describe_metrics() {
         (
             "flitnet_link_errors_total",
             "Link errors by kind (crc, seq_gap, malformed).",
+        ),
+        (
+            "flitnet_port_link_retrains_total",
+            "Link error recoveries the port went through (origin local: it detected the error; peer: the peer sent a link reset).",
         ),
         ("flitnet_drops_total", "Flits dropped, by reason."),
         (

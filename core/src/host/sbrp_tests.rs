@@ -13,8 +13,9 @@ use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
 use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
+use crate::sim::Fabric;
 use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
-use crate::switch::Switching;
+use crate::switch::{Switch, Switching};
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -41,8 +42,35 @@ struct Outcome {
     rrq_from_switches: u64,
     rrq_from_receivers: u64,
     nft_generated: u64,
+    /// Link errors the switches and hosts detected (corruption faults).
+    link_errors: u64,
     /// Heads the switches' dynamic local rerouting sent off their table port.
     reroutes: u64,
+}
+
+/// What goes wrong mid-traffic.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// The switch dies (every port down, its hosts stop) and the
+    /// controller re-routes around it.
+    KillSwitch(u32),
+    /// The next `count` datagrams `from` sends are damaged: each is a link
+    /// error, the link goes down at both ends and retrains (no re-routing).
+    Corrupt { from: PortRef, count: u32 },
+    /// A switch-to-switch link dies (both ends down at one instant); only
+    /// with [`Around::Dlr`], the controller variant re-routes around
+    /// switches only.
+    KillLink(PortRef),
+}
+
+/// How the fabric gets around the faults.
+#[derive(Clone, Copy, Debug)]
+enum Around {
+    /// The controller installs tables avoiding a dead switch at once.
+    Controller,
+    /// Dynamic local rerouting in every switch (seed 002, k-ary n-trees):
+    /// no table ever changes, no controller acts.
+    Dlr(DlrConfig),
 }
 
 fn host_cfg(flits: u32, seed: u64) -> HostConfig {
@@ -71,6 +99,7 @@ fn host_cfg(flits: u32, seed: u64) -> HostConfig {
             keepalive_interval_ns: 200_000,
             dead_after_ns: 50_000_000,
             credit_coalesce_ns: 0,
+            retrain_ns: 300_000,
             ..LinkConfig::default()
         },
         epoch: 1,
@@ -87,44 +116,42 @@ fn switch_of(topo: &Topology, h: u32) -> u32 {
     }
 }
 
-/// How the fabric gets around the faults.
-#[derive(Clone, Copy, Debug)]
-enum Around {
-    /// The controller installs tables avoiding the dead switch at once.
-    Controller,
-    /// Dynamic local rerouting in every switch (seed 002, k-ary n-trees):
-    /// no table ever changes, no controller acts.
-    Dlr(DlrConfig),
-}
-
-/// The faults of one run: optionally a link (both ends down at one
-/// instant), then switch `dead` at `kill_ns`.
-struct Faults {
-    link: Option<(PortRef, u64)>,
-    dead: u32,
-    kill_ns: u64,
-    around: Around,
-}
-
 /// Runs all-to-all traffic of `flits`-flit messages, kills switch `dead`
 /// at `kill_ns`, and checks the SBRP guarantees.
 fn run(topo: Topology, protocol: RecoveryProtocol, flits: u32, dead: u32, kill_ns: u64) -> Outcome {
-    let faults = Faults {
-        link: None,
-        dead,
-        kill_ns,
-        around: Around::Controller,
-    };
-    run_faults(topo, protocol, flits, &faults)
+    run_fault(topo, protocol, flits, Fault::KillSwitch(dead), kill_ns)
 }
 
-/// [`run`] with a link fault first and a choice of rerouting.
-fn run_faults(topo: Topology, protocol: RecoveryProtocol, flits: u32, faults: &Faults) -> Outcome {
-    let (dead, kill_ns) = (faults.dead, faults.kill_ns);
+/// Runs all-to-all traffic of `flits`-flit messages, applies `fault` at
+/// `at_ns` (the controller re-routing around a dead switch), and checks
+/// the SBRP guarantees.
+fn run_fault(
+    topo: Topology,
+    protocol: RecoveryProtocol,
+    flits: u32,
+    fault: Fault,
+    at_ns: u64,
+) -> Outcome {
+    run_faults(topo, protocol, flits, &[(at_ns, fault)], Around::Controller)
+}
+
+/// [`run_fault`] with a timeline of faults (in time order) and a choice of
+/// how the fabric gets around them.
+fn run_faults(
+    topo: Topology,
+    protocol: RecoveryProtocol,
+    flits: u32,
+    faults: &[(u64, Fault)],
+    around: Around,
+) -> Outcome {
     let name = format!(
-        "{} {protocol:?} {flits}-flit {:?}",
-        topo.name, faults.around
+        "{} {protocol:?} {flits}-flit {faults:?} {around:?}",
+        topo.name
     );
+    let dead = faults.iter().find_map(|(_, f)| match f {
+        Fault::KillSwitch(s) => Some(*s),
+        _ => None,
+    });
     let tables = shortest_path_lfts(&topo);
     let cfg = SimConfig {
         host: host_cfg(flits, 7),
@@ -132,7 +159,9 @@ fn run_faults(topo: Topology, protocol: RecoveryProtocol, flits: u32, faults: &F
         wire_ns: 100,
     };
     let n = topo.num_hosts() as u32;
-    let dead_hosts: Vec<u32> = (0..n).filter(|&h| switch_of(&topo, h) == dead).collect();
+    let dead_hosts: Vec<u32> = (0..n)
+        .filter(|&h| Some(switch_of(&topo, h)) == dead)
+        .collect();
     let mut f = build_fabric(topo.clone(), &tables, &cfg).unwrap();
     let sbrp = SbrpConfig {
         protocol,
@@ -148,33 +177,42 @@ fn run_faults(topo: Topology, protocol: RecoveryProtocol, flits: u32, faults: &F
     }
     for (id, s) in f.switches.iter_mut().enumerate() {
         s.set_recovery(protocol);
-        if let Around::Dlr(c) = faults.around {
+        if let Around::Dlr(c) = around {
             let dlr = DlrSwitch::from_topology(c, &topo, id as u32).unwrap();
             s.set_local_reroute(Some(dlr)).unwrap();
         }
     }
     f.start(0);
-    if let Some((end, at)) = faults.link {
-        assert!(
-            matches!(faults.around, Around::Dlr(_)),
-            "{name}: the controller variant re-routes around switches only"
-        );
-        f.run_until(at);
-        let peer = topo.peer(end).expect("a cabled port");
-        for e in [end, peer] {
-            let NodeRef::Switch(s) = e.node else {
-                panic!("{name}: kill a switch-to-switch link")
-            };
-            f.switches[s as usize]
-                .set_port_admin(e.port, false)
-                .unwrap();
+    for &(at_ns, fault) in faults {
+        f.run_until(at_ns);
+        match fault {
+            Fault::KillSwitch(dead) => kill_switch(&mut f, &topo, dead, around),
+            Fault::Corrupt { from, count } => f.corrupt(from, count),
+            Fault::KillLink(end) => {
+                assert!(
+                    matches!(around, Around::Dlr(_)),
+                    "{name}: the controller variant re-routes around switches only"
+                );
+                let peer = topo.peer(end).expect("a cabled port");
+                for e in [end, peer] {
+                    let NodeRef::Switch(s) = e.node else {
+                        panic!("{name}: kill a switch-to-switch link")
+                    };
+                    f.switches[s as usize]
+                        .set_port_admin(e.port, false)
+                        .unwrap();
+                }
+            }
         }
     }
-    f.run_until(kill_ns);
+    finish(f, &name, n, &dead_hosts, dead)
+}
 
+fn kill_switch(f: &mut Fabric<Switch>, topo: &Topology, dead: u32, around: Around) {
     // The kill: the dead switch stops acting (its flits are lost), its
     // neighbours see their ports to it die at the same instant, its hosts
-    // stop, and the controller re-routes around it.
+    // stop, and the controller re-routes around it (unless the switches
+    // route around it on their own).
     let now = f.now();
     f.switches[dead as usize].set_recovery(RecoveryProtocol::None);
     let radix = topo.switches[dead as usize].ports.len();
@@ -193,19 +231,28 @@ fn run_faults(topo: Topology, protocol: RecoveryProtocol, flits: u32, faults: &F
             }
         }
     }
-    let fault_set = FaultSet {
+    let faults = FaultSet {
         switches: [dead].into_iter().collect(),
         ..FaultSet::none()
     };
-    if let Around::Controller = faults.around {
-        let rerouted = shortest_path_lfts_avoiding(&topo, &fault_set);
+    if let Around::Controller = around {
+        let rerouted = shortest_path_lfts_avoiding(topo, &faults);
         for (s, sw) in f.switches.iter_mut().enumerate() {
             if s != dead as usize {
                 sw.install_table(rerouted.switches[s].clone(), rerouted.vc_policy(s).clone());
             }
         }
     }
+}
 
+/// Runs until the live hosts are done, then checks every live flow.
+fn finish(
+    mut f: Fabric<Switch>,
+    name: &str,
+    n: u32,
+    dead_hosts: &[u32],
+    dead: Option<u32>,
+) -> Outcome {
     // Run until the live hosts are done and recovery has settled, then
     // past the hold window so every sender may release.
     let live = |h: u32| !dead_hosts.contains(&h);
@@ -280,11 +327,21 @@ fn run_faults(topo: Topology, protocol: RecoveryProtocol, flits: u32, faults: &F
         recovered.merge(e.sink().recovered_latency());
     }
     for (s, sw) in f.switches.iter().enumerate() {
-        if s != dead as usize {
+        if Some(s as u32) != dead {
             out.rrq_from_switches += sw.sbrp_counters().rrq_sent;
             out.nft_generated += sw.sbrp_counters().nft_generated;
             out.reroutes += sw.counters().reroutes;
+            for p in &sw.counters().ports {
+                out.link_errors += p.link_errors;
+            }
+            for p in 0..sw.config().radix {
+                let l = sw.link(p as u16).unwrap();
+                assert_eq!(l.stats().rx_overflow, 0, "{name}: switch {s} port {p}");
+            }
         }
+    }
+    for e in &f.hosts {
+        out.link_errors += e.link().stats().link_errors;
     }
     out.recovered = recovered.count();
     out.recovered_latency_ns = recovered.mean();
@@ -412,6 +469,50 @@ fn without_recovery_the_same_kill_loses_messages() {
     assert!(result.is_err(), "a kill without recovery lost nothing");
 }
 
+/// The 4-cube with the next `count` datagrams switch 5 sends to switch 7
+/// damaged at `at_ns` (spec 003 §8 item 14: a detected loss escalated to a
+/// link fault, docs/wire.md "Link errors and retraining").
+fn corrupted_cube(protocol: RecoveryProtocol, flits: u32, count: u32, at_ns: u64) -> Outcome {
+    let topo = hypercube(4).unwrap();
+    let from = (0..topo.switches[5].ports.len() as u16)
+        .map(|p| PortRef::switch(5, p))
+        .find(|&p| topo.peer(p).map(|q| q.node) == Some(NodeRef::Switch(7)))
+        .expect("switches 5 and 7 are neighbours in the 4-cube");
+    run_fault(topo, protocol, flits, Fault::Corrupt { from, count }, at_ns)
+}
+
+/// Corrupted datagrams on a busy link: each is a link error, both ends
+/// go down and retrain, and SBRP recovers every message the dead port cut
+/// — without re-routing (the link comes back), nothing lost or duplicated,
+/// every flow in order, no credit overflow anywhere.
+#[test]
+fn every_variant_recovers_what_corrupted_datagrams_cut_on_a_4_cube() {
+    for p in [
+        RecoveryProtocol::Sbrp0,
+        RecoveryProtocol::Sbrp1,
+        RecoveryProtocol::Sbrp2,
+    ] {
+        for (flits, count) in [(128, 1), (128, 4), (8, 2)] {
+            let at = if flits >= 64 { 30_000 } else { 3_000 };
+            let o = cut_some(corrupted_cube(p, flits, count, at));
+            assert!(
+                (1..=count as u64).contains(&o.link_errors),
+                "{p:?} {flits}-flit: {o:?}"
+            );
+            assert!(o.rrq_from_switches + o.rrq_from_receivers > 0, "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn without_recovery_corrupted_datagrams_lose_messages() {
+    // The control experiment: the test above can fail.
+    let result = std::panic::catch_unwind(|| {
+        corrupted_cube(RecoveryProtocol::None, 128, 1, 30_000);
+    });
+    assert!(result.is_err(), "corruption without recovery lost nothing");
+}
+
 /// DLR and SBRP together on a 4-ary 3-tree, with no controller at all: a
 /// level-1 switch's up link dies, then (while traffic still flows) a
 /// level-2 switch, which cuts no host off. The switches route around both
@@ -441,12 +542,11 @@ fn dlr_tree(variant: DlrVariant, faults: DlrFaults, protocol: RecoveryProtocol) 
         topo,
         protocol,
         32,
-        &Faults {
-            link: Some((link, 3_000)),
-            dead,
-            kill_ns: 8_000,
-            around: Around::Dlr(cfg),
-        },
+        &[
+            (3_000, Fault::KillLink(link)),
+            (8_000, Fault::KillSwitch(dead)),
+        ],
+        Around::Dlr(cfg),
     );
     assert!(o.reroutes > 0, "nobody rerouted: {o:?}");
     cut_some(o)

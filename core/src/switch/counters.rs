@@ -123,6 +123,22 @@ pub struct PortCounters {
     pub lost_flits: u64,
     /// Drops of flits that arrived on this port.
     pub drops: DropCounters,
+    /// Link errors detected on this port (lost or rejected datagrams that
+    /// took the link down for a retrain; docs/wire.md).
+    #[serde(default)]
+    pub link_errors: u64,
+    /// Link resets the peer sent (it detected an error; this end retrained).
+    #[serde(default)]
+    pub peer_link_resets: u64,
+    /// Retrain periods completed.
+    #[serde(default)]
+    pub retrains: u64,
+    /// Last and longest time from a link error to the peer being heard
+    /// again (the link back up), in ns.
+    #[serde(default)]
+    pub last_recovery_ns: u64,
+    #[serde(default)]
+    pub max_recovery_ns: u64,
 }
 
 /// Everything a switch counts.

@@ -25,7 +25,7 @@ pub use counters::{
 
 use crate::flit::{flags, route_flags, Flit, FlitKind};
 use crate::host::sbrp::{self, RecoveryProtocol};
-use crate::link::{ConfigError, Link, LinkConfig, LinkEvent};
+use crate::link::{ConfigError, Link, LinkConfig, LinkErrorCause, LinkEvent};
 use crate::recovery::ft2ei_dyn::DynRoute as ft2ei_dyn_route;
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::PortNo;
@@ -141,6 +141,13 @@ pub enum SwitchEvent {
     PortDown { port: PortNo, admin: bool },
     /// The peer on `port` restarted (new epoch); link credits were reset.
     PeerRestarted { port: PortNo },
+    /// A link error on `port` (detected here, or by the peer: `by_peer`):
+    /// the link retrains; `PortDown` follows if it was up.
+    LinkError {
+        port: PortNo,
+        cause: LinkErrorCause,
+        by_peer: bool,
+    },
     /// Flits that arrived on `port`/`vc` were dropped: one event per packet
     /// (or datagram, for `BadDatagram`).
     Dropped {
@@ -500,7 +507,9 @@ impl Switch {
         let r = self.ports[p].link.handle_datagram(now, data);
         if let Err(source) = r {
             self.count_drop(p, 0, DropReason::BadDatagram, 1, 0);
-            self.sync_port_counters(p);
+            // The link may have declared a link error and gone down.
+            self.service_port(p);
+            self.pump();
             return Err(SwitchError::BadDatagram { port, source });
         }
         self.service_port(p);
@@ -571,6 +580,13 @@ impl Switch {
                 LinkEvent::PeerRestarted { .. } => {
                     self.push_event(SwitchEvent::PeerRestarted { port })
                 }
+                LinkEvent::LinkError { cause, by_peer } => {
+                    self.push_event(SwitchEvent::LinkError {
+                        port,
+                        cause,
+                        by_peer,
+                    })
+                }
             }
         }
         // The link drops flits on VCs it does not have when they arrive.
@@ -606,6 +622,11 @@ impl Switch {
         c.bad_datagrams = s.bad_datagrams;
         c.seq_gaps = s.seq_gaps;
         c.lost_flits = s.rx_lost_flits;
+        c.link_errors = s.link_errors;
+        c.peer_link_resets = s.peer_link_resets;
+        c.retrains = s.retrains;
+        c.last_recovery_ns = s.last_recovery_ns;
+        c.max_recovery_ns = s.max_recovery_ns;
         let link = &self.ports[p].link;
         for (vc, v) in c.vcs.iter_mut().enumerate() {
             v.credit_stall_ns = link.credit_stall_ns(vc as u8);

@@ -397,11 +397,9 @@ fn unroutable_packet_is_dropped_whole_and_counted() {
 fn bad_datagrams_and_bad_vcs_are_counted() {
     let mut net = chain(1, 1, Switching::Wormhole);
     net.run_for(3_000_000);
+    // The host's next link sequence number: a gap would be a link error.
+    let next_seq = net.hosts[0].link.stats().tx_datagrams as u32;
     let sw = &mut net.switches[0];
-    assert!(matches!(
-        sw.handle_datagram_slice(net.now, 0, b"not a datagram"),
-        Err(SwitchError::BadDatagram { port: 0, .. })
-    ));
     assert!(matches!(
         sw.handle_datagram_slice(net.now, 9, b""),
         Err(SwitchError::UnknownPort { port: 9, radix: 2 })
@@ -413,7 +411,7 @@ fn bad_datagrams_and_bad_vcs_are_counted() {
         Header {
             epoch: 100,
             peer_epoch: 10,
-            seq: 1_000,
+            seq: next_seq,
         },
     );
     w.push_flit(&packet(0, 1, 1, 1, 5)[0]);
@@ -421,14 +419,39 @@ fn bad_datagrams_and_bad_vcs_are_counted() {
     assert!(wire::decode(&buf).is_ok());
     sw.handle_datagram_slice(net.now, 0, &buf).unwrap();
     sw.handle_timeout(net.now + 100); // after the propagation delay
+    assert_eq!(sw.counters().drops.bad_vc, 1);
+    // Garbage is a link error: the port goes down and retrains.
+    assert!(matches!(
+        sw.handle_datagram_slice(net.now, 0, b"not a datagram"),
+        Err(SwitchError::BadDatagram { port: 0, .. })
+    ));
     let c = sw.counters();
     assert_eq!(c.drops.bad_datagram, 1);
     assert_eq!(c.ports[0].bad_datagrams, 1);
-    assert_eq!(c.drops.bad_vc, 1);
-    // A corrupted datagram counts as a CRC error.
+    assert_eq!(c.ports[0].link_errors, 1);
+    let events: Vec<_> = std::iter::from_fn(|| sw.poll_event()).collect();
+    assert!(events.contains(&SwitchEvent::LinkError {
+        port: 0,
+        cause: crate::link::LinkErrorCause::Malformed,
+        by_peer: false
+    }));
+    assert!(events.contains(&SwitchEvent::PortDown {
+        port: 0,
+        admin: false
+    }));
+    assert!(!sw.link(0).unwrap().is_up());
+    // A corrupted datagram counts as a CRC error (no second link error
+    // while retraining).
     buf[20] ^= 1;
     assert!(sw.handle_datagram_slice(net.now, 0, &buf).is_err());
     assert_eq!(sw.counters().ports[0].crc_errors, 1);
+    assert_eq!(sw.counters().ports[0].link_errors, 1);
+    // After the retrain the port is up again, and the host heard the reset.
+    net.run_for(LinkConfig::default().retrain_ns + 3_000_000);
+    let sw = &net.switches[0];
+    assert!(sw.link(0).unwrap().is_up());
+    assert_eq!(sw.counters().ports[0].retrains, 1);
+    assert_eq!(net.hosts[0].link.stats().peer_link_resets, 1);
 }
 
 #[test]
