@@ -72,6 +72,19 @@ pub struct LinkConfig {
     /// then come back up with credits resynchronised. 0 = off: losses are
     /// only counted and the lost flits written off by sync records.
     pub retrain_ns: u64,
+    /// Paced links only: capacity a **backlogged** link may make up after
+    /// its owner was late. While flits wait for tokens, the link is
+    /// transmitting continuously on the emulated wire, so a `poll_transmit`
+    /// that comes late (a descheduled daemon) finds every token the wire
+    /// earned meanwhile, up to the 16-flit burst plus `bandwidth ×
+    /// catch_up_ns`, instead of only the burst: without it a daemon that
+    /// sleeps 10 ms at 200 k flits/s loses 2 000 flits of link capacity for
+    /// good, and a fabric "at 50 % load" on a busy machine runs past its
+    /// knee. An idle link still earns at most the burst, and what leaves is
+    /// bounded by the flits queued (which credits bound), so bursts stay
+    /// those a real link would have sent by then. 0 = no catch-up (the
+    /// deterministic tests).
+    pub catch_up_ns: u64,
 }
 
 impl Default for LinkConfig {
@@ -87,6 +100,7 @@ impl Default for LinkConfig {
             credit_coalesce_ns: 2_000,
             pacing_quantum_ns: 0,
             retrain_ns: DEFAULT_RETRAIN_NS,
+            catch_up_ns: 0,
         }
     }
 }
@@ -365,6 +379,9 @@ pub struct Link {
     /// Bandwidth bucket, in flits × 10⁹.
     tokens: u128,
     tokens_at: u64,
+    /// Flits were waiting for tokens at `tokens_at` (see
+    /// [`LinkConfig::catch_up_ns`]).
+    backlogged: bool,
     events: VecDeque<LinkEvent>,
     stats: LinkStats,
     scratch: wire::Frame,
@@ -428,6 +445,7 @@ impl Link {
             ready: VecDeque::new(),
             tokens: NS_PER_S,
             tokens_at: 0,
+            backlogged: false,
             events: VecDeque::new(),
             stats: LinkStats::default(),
             scratch: wire::Frame::default(),
@@ -585,6 +603,7 @@ impl Link {
             let t = &mut self.tx[f.vc as usize];
             t.consumed = t.consumed.wrapping_sub(1);
         }
+        self.backlogged = false;
         n
     }
 
@@ -1009,9 +1028,33 @@ impl Link {
     fn refill(&mut self, now: u64) {
         if let Some(rate) = self.cfg.bandwidth_flits_per_s {
             let dt = now.saturating_sub(self.tokens_at) as u128;
-            self.tokens = (self.tokens + dt * rate as u128).min(TOKEN_BURST_FLITS * NS_PER_S);
+            self.tokens = (self.tokens + dt * rate as u128).min(self.token_cap(rate));
         }
         self.tokens_at = now;
+    }
+
+    /// Most tokens the bucket may hold at the next refill: the burst, plus
+    /// the catch-up allowance while flits are waiting for tokens.
+    fn token_cap(&self, rate: u64) -> u128 {
+        let burst = TOKEN_BURST_FLITS * NS_PER_S;
+        if self.backlogged {
+            burst + self.cfg.catch_up_ns as u128 * rate as u128
+        } else {
+            burst
+        }
+    }
+
+    /// Records whether flits wait for tokens from now on: they may, once
+    /// they have credits (queued flits have), data may flow and a link rate
+    /// limits them.
+    fn note_backlog(&mut self) {
+        self.backlogged =
+            self.cfg.bandwidth_flits_per_s.is_some() && self.data_ok() && !self.tx_queue.is_empty();
+        if !self.backlogged {
+            // An idle link holds at most the burst: what a late owner
+            // earned beyond it while flits waited is spent or forfeited.
+            self.tokens = self.tokens.min(TOKEN_BURST_FLITS * NS_PER_S);
+        }
     }
 
     /// Data may flow once both ends know each other's epoch and the peer
@@ -1067,9 +1110,11 @@ impl Link {
         self.end_retrain_if_due(now);
         out.clear();
         if !self.admin_up {
+            self.backlogged = false;
             return false;
         }
         if self.retrain_until.is_some() {
+            self.backlogged = false;
             return self.poll_link_reset(now, out);
         }
         self.refill(now);
@@ -1085,6 +1130,7 @@ impl Link {
         let data_starts = allowed > 0 && allowed >= self.pace_batch();
         let credits = owed && (data_starts || self.credits_urgent(now));
         if !data_starts && !sync && !credits {
+            self.note_backlog();
             return false;
         }
         let header = Header {
@@ -1154,6 +1200,7 @@ impl Link {
         self.tx_seq = self.tx_seq.wrapping_add(1);
         self.stats.tx_datagrams += 1;
         self.stats.tx_bytes += len as u64;
+        self.note_backlog();
         true
     }
 
@@ -1215,8 +1262,7 @@ impl Link {
                     None => at(self.now),
                     Some(rate) => {
                         let dt = (self.now.saturating_sub(self.tokens_at)) as u128;
-                        let have =
-                            (self.tokens + dt * rate as u128).min(TOKEN_BURST_FLITS * NS_PER_S);
+                        let have = (self.tokens + dt * rate as u128).min(self.token_cap(rate));
                         let need = self.pace_batch() as u128 * NS_PER_S;
                         if have >= need {
                             at(self.now);
@@ -1496,6 +1542,61 @@ mod tests {
         );
         // No flit waits more than a quantum beyond its token.
         assert!(gap <= 200_000 + 1_000_000_000 / rate, "gap {gap} ns");
+    }
+
+    #[test]
+    fn a_late_owner_makes_up_a_backlogged_links_capacity_but_not_an_idle_ones() {
+        // The owner polls every 10 ms instead of when `poll_timeout` asks
+        // (a descheduled daemon). Credits never limit: 1 024-flit buffers.
+        let rate = 20_000u64;
+        let c = |catch_up_ns: u64| LinkConfig {
+            vcs: 1,
+            buffer_depth: 1024,
+            bandwidth_flits_per_s: Some(rate),
+            catch_up_ns,
+            keepalive_interval_ns: 100_000_000,
+            dead_after_ns: 5_000_000_000,
+            ..cfg()
+        };
+        let late_owner = |catch_up_ns: u64| {
+            let (mut a, mut b) = connected(c(catch_up_ns));
+            let (mut seq, mut delivered) = (0, 0u64);
+            for tick in 1..=100u64 {
+                let now = tick * 10_000_000;
+                while a.can_send(0) {
+                    a.send(flit(0, seq)).unwrap();
+                    seq += 1;
+                }
+                exchange(now, &mut a, &mut b, &mut pass);
+                let got = drain(&mut b).len() as u16;
+                delivered += got as u64;
+                b.release(0, got).unwrap();
+                exchange(now, &mut a, &mut b, &mut pass);
+            }
+            delivered
+        };
+        // One second: the wire carries `rate` flits when the link makes up
+        // what its owner's lateness cost, 16 per wake-up when it cannot.
+        let caught_up = late_owner(20_000_000);
+        let err = (caught_up as f64 - rate as f64).abs() / rate as f64;
+        assert!(err < 0.01, "{caught_up} flits in 1 s at {rate}/s");
+        let plain = late_owner(0);
+        assert!(plain <= 100 * 16 + 16, "{plain} flits without catch-up");
+
+        // An idle link earns no more than the burst, however long it idles
+        // and however large the catch-up allowance: 1 s idle, then 100
+        // flits queued leave 16 at once and the rest at the link rate.
+        let (mut a, mut b) = connected(c(1_000_000_000));
+        for seq in 0..100 {
+            a.send(flit(0, seq)).unwrap();
+        }
+        let now = 1_000_000_000;
+        exchange(now, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut b).len(), TOKEN_BURST_FLITS as usize);
+        // 1 ms later: 20 more tokens, no catch-up beyond them although
+        // flits waited all along (the owner was on time).
+        exchange(now + 1_000_000, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut b).len(), 20);
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn link_config(cfg: &DaemonConfig) -> LinkConfig {
         dead_after_ns: f.dead_after_ns,
         mtu: f.mtu,
         pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
+        catch_up_ns: flitnet_runtime::event_loop::CATCH_UP_NS,
         retrain_ns: f.link_retrain_ns,
         ..LinkConfig::default()
     }

@@ -44,6 +44,13 @@ const SPIN_NS: u64 = 2_000;
 /// per quantum instead of one per token, at the same rate.
 pub const PACING_QUANTUM_NS: u64 = 20_000;
 
+/// How much link capacity a backlogged paced link may make up after its
+/// daemon was late (`LinkConfig::catch_up_ns`): a daemon descheduled for up
+/// to this long on a busy machine still sends what its links carried
+/// meanwhile, so the emulated rate holds (docs/performance.md). What
+/// leaves at once is also bounded by the flits queued, i.e. by credits.
+pub const CATCH_UP_NS: u64 = 50_000_000;
+
 /// How late timers fire: the emulation's time dilation. A log2 histogram,
 /// so recording is a few instructions and never allocates.
 #[derive(Debug, Clone)]
