@@ -291,3 +291,78 @@ fn dlr_with_sbrp1_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree(
 fn dlr_with_sbrp0_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree() {
     dlr_with_sbrp("sbrp0");
 }
+
+/// Seed 002: "returning transparently to the original routes when the fault
+/// is repaired". A level-1 up link of the 3-ary 3-tree dies at 1 s and comes
+/// back at 2 s (chaos `restore-link`), DLR alone, no controller. The
+/// switches' local-reroute counters, read just before each action and at
+/// the end, must show detours while the link is dead and (almost) none
+/// after the repair: the table port is taken again as soon as the link is
+/// back. Were the detours kept, the 2 s after the repair would count about
+/// twice the 1 s before it.
+#[test]
+fn dlr_returns_to_the_original_routes_when_the_link_is_repaired() {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = std::env::temp_dir();
+    let name = format!("flitnet-test-dlr-repair-{}", std::process::id());
+    let scenario = tmp.join(format!("{name}.yaml"));
+    std::fs::write(
+        &scenario,
+        format!(
+            "topology: {}\nmechanism: dlr\nseed: 5\n\
+             traffic: {{pattern: uniform, load: 0.02, message_flits: 16, duration: 4s}}\n\
+             fabric: {{vcs: 3, buffer_depth: 16, bandwidth: 10000, dead_after: 1s}}\n\
+             timeline:\n\
+             \x20 - {{at: 1s, action: kill-link, target: \"s1-0:3\"}}\n\
+             \x20 - {{at: 2s, action: restore-link, target: \"s1-0:3\"}}\n",
+            topology("kary-3-3.yaml").display()
+        ),
+    )
+    .unwrap();
+    let run_dir = tmp.join(&name);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let result = flitctl_json(&[
+        "chaos",
+        scenario.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        processes_matching(run_dir.to_str().unwrap()),
+        0,
+        "daemons left running"
+    );
+    let r = result.unwrap_or_else(|e| panic!("{e:#}"));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let _ = std::fs::remove_file(&scenario);
+
+    let actions = r["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{r:#}");
+    let before = |i: usize| {
+        actions[i]["local_reroutes_before"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no reroute count before action {i}: {r:#}"))
+    };
+    let (at_kill, at_repair, at_end) = (before(0), before(1), n(&r["local_reroutes"]));
+    let during = at_repair - at_kill;
+    let after = at_end - at_repair;
+    assert_eq!(at_kill, 0, "detours before any fault: {r:#}");
+    assert!(during > 20, "too few detours to judge ({during}): {r:#}");
+    // The repair takes a keepalive handshake before data flows again, so a
+    // few detours follow it; kept detours would give about 2 × `during`.
+    assert!(
+        after * 2 < during,
+        "{after} detours in the 2 s after the repair against {during} in the 1 s the link \
+         was dead: the original routes were not taken again: {r:#}"
+    );
+    let t = &r["run"]["totals"];
+    for field in ["duplicates", "misdelivered_packets", "corrupted"] {
+        assert_eq!(t[field], 0, "{field}: {r:#}");
+    }
+    assert_eq!(r["run"]["credit_violations"], 0, "{r:#}");
+    eprintln!(
+        "dlr repair: {during} local reroutes while s1-0:3 was dead (1 s), {after} in the 2 s \
+         after its repair; {} sent, {} lost",
+        t["messages_sent"], t["messages_lost"]
+    );
+}

@@ -86,6 +86,12 @@ pub struct ActionTiming {
     /// events), ms.
     #[serde(default)]
     pub link_down_ms: Option<f64>,
+    /// DLR mechanisms: heads the switches had sent off their table port
+    /// (local reroutes, summed over every switch) just before the action,
+    /// so that a report shows rerouting start at a fault and stop at its
+    /// repair (seed 002: routes return to the original ones).
+    #[serde(default)]
+    pub local_reroutes_before: Option<u64>,
 }
 
 /// Where every lost message went (spec 002 §3.2 loss model).
@@ -162,6 +168,8 @@ pub struct ChaosReport {
 struct Applied {
     action: Action,
     record: Record,
+    /// See [`ActionTiming::local_reroutes_before`].
+    local_reroutes_before: Option<u64>,
 }
 
 /// Cumulative host delivery counters, sampled while traffic runs.
@@ -439,8 +447,25 @@ impl Controller<'_> {
     }
 
     /// Carries out one action and records it.
+    /// Local reroutes counted so far by every switch (live ones, and the
+    /// last report of SIGKILLed ones); only under a DLR mechanism.
+    fn local_reroutes_now(&self) -> Option<u64> {
+        if !self.mechanism.is_dlr() {
+            return None;
+        }
+        let live = self.fabric.reports(false).ok()?;
+        Some(
+            live.iter()
+                .map(|(_, r)| r)
+                .chain(self.retired.iter())
+                .map(|r| num(&r["reroutes"]))
+                .sum(),
+        )
+    }
+
     fn apply(&mut self, action: &Action) -> Result<()> {
         let topo = self.topo;
+        let local_reroutes_before = self.local_reroutes_now();
         if let (ActionKind::SigkillSwitch, Target::Switch(s)) = (action.kind, action.target) {
             // Its counters die with it: keep what it counted so far.
             if let Ok(r) = self.fabric.report_of(NodeRef::Switch(s)) {
@@ -511,6 +536,7 @@ impl Controller<'_> {
         self.applied.push(Applied {
             action: action.clone(),
             record,
+            local_reroutes_before,
         });
         Ok(())
     }
@@ -569,6 +595,7 @@ fn timings(
                     .unwrap_or("?")
                     .to_string(),
                 origin: a.action.origin.clone(),
+                local_reroutes_before: a.local_reroutes_before,
                 ..ActionTiming::default()
             };
             if a.action.kind == ActionKind::Corrupt {
