@@ -1291,6 +1291,7 @@ mod tests {
         let applied = [Applied {
             action: s.actions[0].clone(),
             record: fault,
+            local_reroutes_before: None,
         }];
         // Port 0 of s1-1 faces a leaf switch: that leaf's port watches it.
         let neighbour = topo.peer(PortRef { node, port: 0 }).unwrap();
