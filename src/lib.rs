@@ -84,6 +84,46 @@ pub fn flitctl_json(args: &[&str]) -> Result<serde_json::Value> {
     })
 }
 
+/// The run directory of one end-to-end run (`flitctl … --run-dir DIR`):
+/// fresh when made, removed when dropped, and the place to check that a
+/// run left no daemon behind.
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// `$TMPDIR/flitnet-test-<name>-<pid>`, emptied if a crashed earlier
+    /// run left it.
+    pub fn new(name: &str) -> RunDir {
+        let path = std::env::temp_dir().join(format!("flitnet-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        RunDir { path }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Runs `flitctl ARGS --run-dir DIR --json` ([`flitctl_json`]) and
+    /// panics if any process of the run is still alive afterwards, whether
+    /// flitctl succeeded or not.
+    pub fn flitctl_json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let dir = self.path.to_str().expect("a UTF-8 temp dir");
+        let mut all = args.to_vec();
+        all.extend(["--run-dir", dir]);
+        let result = flitctl_json(&all);
+        let left = processes_matching(dir);
+        assert_eq!(left, 0, "{left} daemons of {dir} left running");
+        result
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// Number of live processes whose command line mentions `needle`
 /// (to check that a run left nothing behind).
 pub fn processes_matching(needle: &str) -> usize {

@@ -8,13 +8,13 @@
 //! random), both switching modes and 1 and 2 VCs, spread over six runs so
 //! that every value of every dimension is exercised.
 
-use flitnet::{flitctl, flitctl_json, processes_matching, topology};
+use flitnet::{flitctl, topology, RunDir};
 
 fn run(topo: &str, pattern: &str, switching: &str, vcs: u8, extra: &[&str]) -> serde_json::Value {
     let topo_path = topology(topo);
     let vcs = vcs.to_string();
-    let run_dir = std::env::temp_dir().join(format!(
-        "flitnet-test-{}-{}-{}-{vcs}",
+    let run_dir = RunDir::new(&format!(
+        "{}-{}-{}-{vcs}",
         topo.trim_end_matches(".yaml"),
         pattern.replace(':', "_"),
         switching
@@ -34,11 +34,11 @@ fn run(topo: &str, pattern: &str, switching: &str, vcs: u8, extra: &[&str]) -> s
         "0.1",
         "--duration",
         "2s",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let report = flitctl_json(&args).unwrap_or_else(|e| panic!("{topo} {pattern}: {e:#}"));
+    let report = run_dir
+        .flitctl_json(&args)
+        .unwrap_or_else(|e| panic!("{topo} {pattern}: {e:#}"));
     let t = &report["totals"];
     let sent = t["messages_sent"].as_u64().unwrap();
     let delivered = t["messages_delivered"].as_u64().unwrap();
@@ -65,12 +65,6 @@ fn run(topo: &str, pattern: &str, switching: &str, vcs: u8, extra: &[&str]) -> s
         "{topo} {pattern}: drops: {report:#}"
     );
     assert_eq!(report["lossless"], true);
-    assert_eq!(
-        processes_matching(run_dir.to_str().unwrap()),
-        0,
-        "daemons left running"
-    );
-    let _ = std::fs::remove_dir_all(&run_dir);
     report
 }
 

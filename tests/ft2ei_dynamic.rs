@@ -27,7 +27,7 @@
 //! The 3-ary 3-tree (54 processes) as in the DLR tests: a 4-ary 3-tree is
 //! too much for the 2-core CI machine.
 
-use flitnet::{flitctl, flitctl_json, processes_matching, topology};
+use flitnet::{flitctl, topology, RunDir};
 
 const VCS: u64 = 1;
 const DEPTH: u64 = 16;
@@ -35,7 +35,7 @@ const FAULT: [&str; 2] = ["--kill-link", "s1-0:1"];
 
 fn run(mechanism: &str) -> serde_json::Value {
     let topo = topology("kary-3-3.yaml");
-    let run_dir = std::env::temp_dir().join(format!("flitnet-test-ft2ei-{mechanism}"));
+    let run_dir = RunDir::new(&format!("ft2ei-{mechanism}"));
     let mut args = vec![
         "up",
         topo.to_str().unwrap(),
@@ -61,18 +61,11 @@ fn run(mechanism: &str) -> serde_json::Value {
         "1s",
         "--kill-at",
         "1s",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
     ];
     args.extend_from_slice(&FAULT);
-    let report = flitctl_json(&args).unwrap_or_else(|e| panic!("{mechanism}: {e:#}"));
-    assert_eq!(
-        processes_matching(run_dir.to_str().unwrap()),
-        0,
-        "daemons left running"
-    );
-    let _ = std::fs::remove_dir_all(&run_dir);
-    report
+    run_dir
+        .flitctl_json(&args)
+        .unwrap_or_else(|e| panic!("{mechanism}: {e:#}"))
 }
 
 fn n(v: &serde_json::Value) -> u64 {

@@ -7,7 +7,7 @@
 //! only: nothing is dropped after the switchover, every message lost was
 //! lost to a drop at the kill, and the intermediate-node counters moved.
 
-use flitnet::{flitctl, flitctl_json, processes_matching, topology};
+use flitnet::{flitctl, topology, RunDir};
 use std::sync::Mutex;
 
 /// One fabric (54 processes) at a time on two cores.
@@ -22,11 +22,9 @@ fn u(v: &serde_json::Value) -> u64 {
 /// returns the report.
 fn kill_a_torus_link(mech: &str, vcs: &str) -> serde_json::Value {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    let run_dir =
-        std::env::temp_dir().join(format!("flitnet-inodes-{mech}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let run_dir = RunDir::new(&format!("inodes-{mech}"));
     let topo = topology("torus-3x3x3.yaml");
-    let result = flitctl_json(&[
+    let result = run_dir.flitctl_json(&[
         "up",
         topo.to_str().unwrap(),
         "--mechanism",
@@ -51,11 +49,7 @@ fn kill_a_torus_link(mech: &str, vcs: &str) -> serde_json::Value {
         // declaring healthy links dead.
         "--dead-after",
         "5s",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
     ]);
-    let left = processes_matching(run_dir.to_str().unwrap());
-    assert_eq!(left, 0, "{mech}: {left} daemons left running");
     let report = result.unwrap_or_else(|e| panic!("{mech}: {e:#}"));
     let t = &report["totals"];
     let i = &report["intermediate"];
@@ -89,7 +83,6 @@ fn kill_a_torus_link(mech: &str, vcs: &str) -> serde_json::Value {
         drops.keys().all(|k| k == "port_down"),
         "{mech}: unexpected drops: {drops:?}"
     );
-    let _ = std::fs::remove_dir_all(&run_dir);
     report
 }
 
@@ -157,18 +150,10 @@ fn a_mechanism_needing_more_vcs_than_configured_is_refused_before_bring_up() {
 #[test]
 fn chaos_pushes_each_detected_fault_to_the_hosts_and_accounts_every_loss() {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    let run_dir = std::env::temp_dir().join(format!("flitnet-inodes-chaos-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let run_dir = RunDir::new("inodes-chaos");
     let scenario =
         flitnet::workspace_dir().join("topologies/scenarios/torus-3x3x3-intermediate.yaml");
-    let result = flitctl_json(&[
-        "chaos",
-        scenario.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ]);
-    let left = processes_matching(run_dir.to_str().unwrap());
-    assert_eq!(left, 0, "{left} daemons left running");
+    let result = run_dir.flitctl_json(&["chaos", scenario.to_str().unwrap()]);
     let report = result.unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(report["promise_kept"], true, "{}", report["promise"]);
     assert_eq!(
@@ -182,7 +167,7 @@ fn chaos_pushes_each_detected_fault_to_the_hosts_and_accounts_every_loss() {
     for a in actions {
         assert!(a["routes_installed_ms"].is_number(), "no push after {a:#}");
     }
-    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let events = std::fs::read_to_string(run_dir.path().join("events.jsonl")).unwrap();
     let pushes: Vec<serde_json::Value> = events
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -191,5 +176,4 @@ fn chaos_pushes_each_detected_fault_to_the_hosts_and_accounts_every_loss() {
     assert_eq!(pushes.len(), 2, "{events}");
     assert_eq!(pushes[1]["event"]["faulty_links"], 2);
     assert_eq!(pushes[1]["event"]["not_tolerated_pairs"], 0);
-    let _ = std::fs::remove_dir_all(&run_dir);
 }

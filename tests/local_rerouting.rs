@@ -39,7 +39,7 @@
 //! machine keeps up (about 10 s per run, debug build). Fabrics run one at a
 //! time.
 
-use flitnet::{flitctl_json, processes_matching, topology};
+use flitnet::{topology, RunDir};
 use std::sync::Mutex;
 
 /// One fabric at a time: two of them on two cores starve each other's
@@ -53,7 +53,7 @@ const RADIX: u64 = 6;
 fn run(name: &str, mechanism: &str, fault: &[&str]) -> serde_json::Value {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
     let topo = topology("kary-3-3.yaml");
-    let run_dir = std::env::temp_dir().join(format!("flitnet-test-dlr-{name}-{mechanism}"));
+    let run_dir = RunDir::new(&format!("dlr-{name}-{mechanism}"));
     let mut args = vec![
         "up",
         topo.to_str().unwrap(),
@@ -77,18 +77,11 @@ fn run(name: &str, mechanism: &str, fault: &[&str]) -> serde_json::Value {
         "1s",
         "--kill-at",
         "1s",
-        "--run-dir",
-        run_dir.to_str().unwrap(),
     ];
     args.extend_from_slice(fault);
-    let report = flitctl_json(&args).unwrap_or_else(|e| panic!("{name} {mechanism}: {e:#}"));
-    assert_eq!(
-        processes_matching(run_dir.to_str().unwrap()),
-        0,
-        "daemons left running"
-    );
-    let _ = std::fs::remove_dir_all(&run_dir);
-    report
+    run_dir
+        .flitctl_json(&args)
+        .unwrap_or_else(|e| panic!("{name} {mechanism}: {e:#}"))
 }
 
 fn n(v: &serde_json::Value) -> u64 {
@@ -195,25 +188,12 @@ fn dlr_with_sbrp(protocol: &str) -> serde_json::Value {
             &format!("topology: {}", topology("kary-4-3.yaml").display()),
         )
         .replace(proto_line, &format!("recovery_protocol: {protocol}"));
-    let tmp = std::env::temp_dir();
-    let scenario = tmp.join(format!("flitnet-test-{name}-{}.yaml", std::process::id()));
+    let run_dir = RunDir::new(&name);
+    let scenario = run_dir.path().with_extension("yaml");
     std::fs::write(&scenario, text).unwrap();
-    let run_dir = tmp.join(format!("flitnet-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let result = flitctl_json(&[
-        "chaos",
-        scenario.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        processes_matching(run_dir.to_str().unwrap()),
-        0,
-        "{name}: daemons left running"
-    );
-    let r = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let result = run_dir.flitctl_json(&["chaos", scenario.to_str().unwrap()]);
     let _ = std::fs::remove_file(&scenario);
+    let r = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
 
     assert_eq!(r["mechanism"], name.as_str());
     let t = &r["run"]["totals"];
@@ -303,9 +283,8 @@ fn dlr_with_sbrp0_loses_nothing_when_a_link_then_a_switch_die_in_a_4_ary_3_tree(
 #[test]
 fn dlr_returns_to_the_original_routes_when_the_link_is_repaired() {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    let tmp = std::env::temp_dir();
-    let name = format!("flitnet-test-dlr-repair-{}", std::process::id());
-    let scenario = tmp.join(format!("{name}.yaml"));
+    let run_dir = RunDir::new("dlr-repair");
+    let scenario = run_dir.path().with_extension("yaml");
     std::fs::write(
         &scenario,
         format!(
@@ -319,22 +298,9 @@ fn dlr_returns_to_the_original_routes_when_the_link_is_repaired() {
         ),
     )
     .unwrap();
-    let run_dir = tmp.join(&name);
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let result = flitctl_json(&[
-        "chaos",
-        scenario.to_str().unwrap(),
-        "--run-dir",
-        run_dir.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        processes_matching(run_dir.to_str().unwrap()),
-        0,
-        "daemons left running"
-    );
-    let r = result.unwrap_or_else(|e| panic!("{e:#}"));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let result = run_dir.flitctl_json(&["chaos", scenario.to_str().unwrap()]);
     let _ = std::fs::remove_file(&scenario);
+    let r = result.unwrap_or_else(|e| panic!("{e:#}"));
 
     let actions = r["actions"].as_array().unwrap();
     assert_eq!(actions.len(), 2, "{r:#}");
