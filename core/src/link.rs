@@ -1376,6 +1376,21 @@ mod tests {
         std::iter::from_fn(|| l.poll_received()).collect()
     }
 
+    /// One round of a saturating sender at `now`: `a` queues flits while
+    /// it has credits (numbered from `*seq` on), the links exchange, `b`
+    /// takes and frees what arrived. Returns the flits delivered.
+    fn saturate_round(now: u64, a: &mut Link, b: &mut Link, seq: &mut u32) -> u64 {
+        while a.can_send(0) {
+            a.send(flit(0, *seq)).unwrap();
+            *seq += 1;
+        }
+        exchange(now, a, b, &mut pass);
+        let got = drain(b).len() as u16;
+        b.release(0, got).unwrap();
+        exchange(now, a, b, &mut pass);
+        got as u64
+    }
+
     #[test]
     fn config_validation_names_the_field() {
         let bad = LinkConfig { vcs: 16, ..cfg() };
@@ -1476,15 +1491,7 @@ mod tests {
         let mut seq = 0;
         let mut delivered = 0u64;
         while now < 1_000_000_000 {
-            while a.can_send(0) {
-                a.send(flit(0, seq)).unwrap();
-                seq += 1;
-            }
-            exchange(now, &mut a, &mut b, &mut pass);
-            let got = drain(&mut b).len() as u16;
-            delivered += got as u64;
-            b.release(0, got).unwrap();
-            exchange(now, &mut a, &mut b, &mut pass);
+            delivered += saturate_round(now, &mut a, &mut b, &mut seq);
             let next = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
             now = next.max(now + 1);
         }
@@ -1510,19 +1517,12 @@ mod tests {
             let mut last_delivery = 0;
             let mut longest_gap = 0;
             while now < 1_000_000_000 {
-                while a.can_send(0) {
-                    a.send(flit(0, seq)).unwrap();
-                    seq += 1;
-                }
-                exchange(now, &mut a, &mut b, &mut pass);
-                let got = drain(&mut b).len() as u16;
+                let got = saturate_round(now, &mut a, &mut b, &mut seq);
                 if got > 0 {
                     longest_gap = longest_gap.max(now - last_delivery);
                     last_delivery = now;
                 }
-                delivered += got as u64;
-                b.release(0, got).unwrap();
-                exchange(now, &mut a, &mut b, &mut pass);
+                delivered += got;
                 let next = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
                 now = next.max(now + 1);
             }
@@ -1562,16 +1562,7 @@ mod tests {
             let (mut a, mut b) = connected(c(catch_up_ns));
             let (mut seq, mut delivered) = (0, 0u64);
             for tick in 1..=100u64 {
-                let now = tick * 10_000_000;
-                while a.can_send(0) {
-                    a.send(flit(0, seq)).unwrap();
-                    seq += 1;
-                }
-                exchange(now, &mut a, &mut b, &mut pass);
-                let got = drain(&mut b).len() as u16;
-                delivered += got as u64;
-                b.release(0, got).unwrap();
-                exchange(now, &mut a, &mut b, &mut pass);
+                delivered += saturate_round(tick * 10_000_000, &mut a, &mut b, &mut seq);
             }
             delivered
         };
