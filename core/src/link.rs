@@ -1133,12 +1133,7 @@ impl Link {
             self.note_backlog();
             return false;
         }
-        let header = Header {
-            epoch: self.epoch,
-            peer_epoch: self.peer_epoch.unwrap_or(0),
-            seq: self.tx_seq,
-        };
-        let mut w = FrameWriter::new(out, header);
+        let mut w = FrameWriter::new(out, self.next_header());
         // Owed credits first (all VCs in a sync record), then flits, then
         // the sync record last so its counters include this datagram's flits.
         let mut credit_items = 0;
@@ -1204,6 +1199,15 @@ impl Link {
         true
     }
 
+    /// The header of the next datagram this end sends.
+    fn next_header(&self) -> Header {
+        Header {
+            epoch: self.epoch,
+            peer_epoch: self.peer_epoch.unwrap_or(0),
+            seq: self.tx_seq,
+        }
+    }
+
     /// While retraining after an error detected here: the link-reset
     /// datagram, sent at once and then four times per retrain delay.
     fn poll_link_reset(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
@@ -1213,12 +1217,7 @@ impl Link {
         if now < self.next_reset_at {
             return false;
         }
-        let header = Header {
-            epoch: self.epoch,
-            peer_epoch: self.peer_epoch.unwrap_or(0),
-            seq: self.tx_seq,
-        };
-        let mut w = FrameWriter::new(out, header);
+        let mut w = FrameWriter::new(out, self.next_header());
         w.push_extension(
             wire::EXT_LINK_RESET,
             &wire::encode_link_reset(gen, cause.code()),
