@@ -440,68 +440,105 @@ impl Bench {
 
     fn latency(&self, sat: &Forwarding) -> Result<Value> {
         println!("== latency: message host->switchd->host vs datagram sender->forwarder->receiver");
-        // Each host injects half of what the switch forwarded at saturation.
-        // Paced links bundle fewer flits per datagram (one wake-up per few
-        // tokens), so the saturation that matters is the paced one.
+        // Paced links (the emulated link model) at 10/50/90 % of the paced
+        // saturation: each host's link is paced at half of it. Paced links
+        // bundle fewer flits per datagram (one wake-up per few tokens), so
+        // the saturation that matters there is the paced one.
         let per_host = (sat.paced_flits_per_s / 2.0).max(1_000.0) as u64;
-        println!("  (links paced at {per_host} flits/s: half the paced saturation rate)");
+        println!("  paced links at {per_host} flits/s (half the paced saturation rate):");
         let mut rows = Vec::new();
         for load in [0.1, 0.5, 0.9] {
-            let run = self.pair_run(
-                Some(per_host),
-                load,
-                &format!("lat{}", (load * 100.0) as u32),
-            )?;
-            let (flits, dgrams, sw, hosts) =
-                (run.flits_per_s, run.datagrams_per_s, run.switch, run.hosts);
-            let p = |q: &str| {
-                hosts
-                    .iter()
-                    .map(|h| h["latency_ns"][q].as_f64().unwrap_or(0.0))
-                    .fold(0.0, f64::max)
-            };
-            let (p50, p99) = (p("p50"), p("p99"));
-            let base = baseline(
-                sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize,
-                Some(dgrams.max(100.0)),
-                self.window,
-            )?;
-            if base.p50_ns == 0.0 {
-                println!("  {:>3.0} % load: the baseline receiver got nothing (starved by other work); no ratio", load * 100.0);
-            }
-            // What the emulation itself must add at zero load: two
-            // propagation delays, plus serialisation of whatever part of an
-            // 8-flit message exceeds the links' 16-flit token burst (none).
-            let bw = per_host as f64;
-            let ideal_ns = 2.0 * 1_000.0 + (8.0 - 16.0f64).max(0.0) / bw * 1e9;
-            println!(
-                "  {:>3.0} % load ({:.0} flits/s, {:.0} datagrams/s): switchd p50 {:.1} us p99 {:.1} us (emulated ideal {:.1} us, p50 overhead {:.1} us) | baseline p50 {:.1} us p99 {:.1} us | p50 ratio {:.2}, overhead/baseline {:.2}",
-                load * 100.0,
-                flits,
-                dgrams,
-                p50 / 1e3,
-                p99 / 1e3,
-                ideal_ns / 1e3,
-                (p50 - ideal_ns) / 1e3,
-                base.p50_ns / 1e3,
-                base.p99_ns / 1e3,
-                p50 / base.p50_ns.max(1.0),
-                (p50 - ideal_ns) / base.p50_ns.max(1.0)
-            );
-            println!(
-                "        switchd timer lateness: {}",
-                lateness_text(&sw["timer_lateness"])
-            );
-            rows.push(json!({
-                "load": load, "flits_per_s": flits, "datagrams_per_s": dgrams,
-                "switch_p50_ns": p50, "switch_p99_ns": p99,
-                "baseline_p50_ns": base.p50_ns, "baseline_p99_ns": base.p99_ns,
-                "p50_ratio": p50 / base.p50_ns.max(1.0),
-                "emulated_ideal_ns": ideal_ns,
-                "switch_timer_lateness": sw["timer_lateness"],
-            }));
+            rows.push(self.latency_row(sat, Some(per_host), load, load)?);
+        }
+        // Unpaced links at 10/50/90 % of the unpaced saturation: no link
+        // model (no serialisation, no pacing quantum, no token burst), so
+        // what is left is the data path itself, as in the baseline. Hosts
+        // offer `load × 1 M flits/s` on an unpaced link (hostd), hence the
+        // conversion.
+        let unpaced_per_host = sat.switch_flits_per_s / 2.0;
+        println!(
+            "  unpaced links (the data path alone; {unpaced_per_host:.0} flits/s per host = its saturation):"
+        );
+        for fraction in [0.1, 0.5, 0.9] {
+            let load = (fraction * unpaced_per_host / 1e6).clamp(0.001, 1.0);
+            rows.push(self.latency_row(sat, None, load, fraction)?);
         }
         Ok(Value::Array(rows))
+    }
+
+    /// One latency measurement: the pair at `load` (the hosts' offered
+    /// load) over links paced at `bandwidth` (None: unpaced), against the
+    /// baseline forwarder at the datagram rate the switch saw. `fraction`
+    /// is the share of saturation it stands for, for the printout.
+    fn latency_row(
+        &self,
+        sat: &Forwarding,
+        bandwidth: Option<u64>,
+        load: f64,
+        fraction: f64,
+    ) -> Result<Value> {
+        let tag = format!(
+            "lat{}-{}",
+            (fraction * 100.0) as u32,
+            if bandwidth.is_some() {
+                "paced"
+            } else {
+                "unpaced"
+            }
+        );
+        let run = self.pair_run(bandwidth, load, &tag)?;
+        let (flits, dgrams, sw, hosts) =
+            (run.flits_per_s, run.datagrams_per_s, run.switch, run.hosts);
+        let p = |q: &str| {
+            hosts
+                .iter()
+                .map(|h| h["latency_ns"][q].as_f64().unwrap_or(0.0))
+                .fold(0.0, f64::max)
+        };
+        let (p50, p99) = (p("p50"), p("p99"));
+        let base = baseline(
+            sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize,
+            Some(dgrams.max(100.0)),
+            self.window,
+        )?;
+        if base.p50_ns == 0.0 {
+            println!(
+                "  {:>3.0} % load: the baseline receiver got nothing (starved by other work); no ratio",
+                fraction * 100.0
+            );
+        }
+        // What the emulation itself must add at zero load: two propagation
+        // delays, plus serialisation of whatever part of an 8-flit message
+        // exceeds the links' 16-flit token burst (none).
+        let ideal_ns = 2.0 * 1_000.0;
+        println!(
+            "  {:>3.0} % load ({:.0} flits/s, {:.0} datagrams/s): switchd p50 {:.1} us p99 {:.1} us (emulated ideal {:.1} us, p50 overhead {:.1} us) | baseline p50 {:.1} us p99 {:.1} us | p50 ratio {:.2}, overhead/baseline {:.2}",
+            fraction * 100.0,
+            flits,
+            dgrams,
+            p50 / 1e3,
+            p99 / 1e3,
+            ideal_ns / 1e3,
+            (p50 - ideal_ns) / 1e3,
+            base.p50_ns / 1e3,
+            base.p99_ns / 1e3,
+            p50 / base.p50_ns.max(1.0),
+            (p50 - ideal_ns) / base.p50_ns.max(1.0)
+        );
+        println!(
+            "        switchd timer lateness: {}",
+            lateness_text(&sw["timer_lateness"])
+        );
+        Ok(json!({
+            "links": if bandwidth.is_some() { "paced" } else { "unpaced" },
+            "link_flits_per_s": bandwidth,
+            "load": fraction, "flits_per_s": flits, "datagrams_per_s": dgrams,
+            "switch_p50_ns": p50, "switch_p99_ns": p99,
+            "baseline_p50_ns": base.p50_ns, "baseline_p99_ns": base.p99_ns,
+            "p50_ratio": p50 / base.p50_ns.max(1.0),
+            "emulated_ideal_ns": ideal_ns,
+            "switch_timer_lateness": sw["timer_lateness"],
+        }))
     }
 
     fn fabric_throughput(&self) -> Result<Value> {
