@@ -1344,7 +1344,7 @@ fn seed003(quick: bool) -> Result<Section> {
                             perm,
                             format!("<flows through {r1} or {r2}>"),
                             format!(
-                                "--engine local-reroute --recovery none --buffer-depth 8 --load {LOCAL_LOAD} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms"
+                                "--engine local-reroute --recovery none --buffer-depth 8 --dead-after 3s --load {LOCAL_LOAD} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms"
                             ),
                         ));
                     }
@@ -1412,7 +1412,7 @@ fn seed003(quick: bool) -> Result<Section> {
     let _ = std::fs::remove_dir_all(&dir);
     let mut notes = vec![
         format!(
-            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {LOCAL_LOAD} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}), the same for every protocol; figures summed over them, latency averaged over all recovered messages.",
+            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {LOCAL_LOAD} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}), the same for every protocol; figures summed over them, latency averaged over all recovered messages.",
             if runs_per_cell > 1 { format!("{runs_per_cell} runs") } else { "One run".to_string() },
             cases
                 .iter()

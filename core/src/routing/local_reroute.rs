@@ -2,8 +2,10 @@
 //! "faithful mode", §3.6 assumptions 12–13, §4.1 "at most 1 misroute"):
 //! minimal adaptive routing with an e-cube / XY escape (Duato, §4.2 R7/R8,
 //! the same entries as [`super::adaptive::AdaptiveEscape`]), plus, per
-//! destination, the *misroute* ports: every other router port of the
-//! switch. The tables are computed once, fault-free; a switch that loses a
+//! destination, the *misroute* ports: the sideways ones (every non-minimal
+//! port on a hypercube; on a mesh both directions of each dimension in
+//! which the packet is already aligned, never the reverse of a minimal
+//! direction, from where the only way on would be back). The tables are computed once, fault-free; a switch that loses a
 //! neighbour routes around it on its own:
 //!
 //! - a head takes an adaptive VC (1 and up) on any live minimal port, else
@@ -31,6 +33,7 @@ use super::dor::Grid;
 use super::ecube::cube_dimension;
 use super::tables::{AdaptiveEntry, AdaptiveTable, RoutingTables, SwitchTable, VcPolicy};
 use super::{RoutingEngine, RoutingError};
+use crate::topology::generators::direct_port;
 use crate::topology::{Family, FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 
 const NAME: &str = "local-reroute";
@@ -50,17 +53,28 @@ fn router_ports(topo: &Topology, sw: SwitchId) -> Vec<PortNo> {
         .collect()
 }
 
-/// `e` with every router port of `sw` that is not a candidate as misroute
-/// ports (none at the destination's own router).
-fn with_misroutes(mut e: AdaptiveEntry, ports: &[PortNo], at_dest: bool) -> AdaptiveEntry {
+/// `e` with the router ports of `sw` in `sideways` as misroute ports (none
+/// at the destination's own router).
+fn with_misroutes(mut e: AdaptiveEntry, sideways: Vec<PortNo>, at_dest: bool) -> AdaptiveEntry {
     if !at_dest {
-        e.misroute = ports
-            .iter()
-            .copied()
+        e.misroute = sideways
+            .into_iter()
             .filter(|p| !e.candidates.contains(p))
             .collect();
     }
     e
+}
+
+/// The misroute ports on a mesh at `sw` toward `dest`: both directions of
+/// every dimension in which the packet is already aligned (a sideways step).
+/// Never the reverse of a minimal direction: from there the only minimal
+/// move would be straight back, which a head may not take.
+fn grid_sideways(grid: &Grid, sw: SwitchId, dest: u32, ports: &[PortNo]) -> Vec<PortNo> {
+    (0..grid.dims.len())
+        .filter(|&d| grid.minimal_moves(sw, dest, d).is_empty())
+        .flat_map(|d| [direct_port(d, true), direct_port(d, false)])
+        .filter(|p| ports.contains(p))
+        .collect()
 }
 
 impl RoutingEngine for LocalReroute {
@@ -73,10 +87,13 @@ impl RoutingEngine for LocalReroute {
     }
     fn route(&self, topo: &Topology, _faults: &FaultSet) -> Result<RoutingTables, RoutingError> {
         let n = topo.num_switches() as SwitchId;
-        let entry: Box<dyn Fn(SwitchId, u32) -> AdaptiveEntry> = match topo.family {
+        // (entry, misroute ports) per switch, destination and router ports.
+        type Entry = Box<dyn Fn(SwitchId, u32, &[PortNo]) -> (AdaptiveEntry, Vec<PortNo>)>;
+        let entry: Entry = match topo.family {
+            // Every non-minimal dimension is sideways on a hypercube.
             Family::Hypercube { .. } => {
                 let d = cube_dimension(topo, NAME)?;
-                Box::new(move |sw, t| cube_entry(d, sw, t))
+                Box::new(move |sw, t, ports| (cube_entry(d, sw, t), ports.to_vec()))
             }
             _ => {
                 let grid = Grid::of(topo, NAME)?;
@@ -89,7 +106,9 @@ impl RoutingEngine for LocalReroute {
                         ),
                     });
                 }
-                Box::new(move |sw, t| grid_entry(&grid, sw, t))
+                Box::new(move |sw, t, ports| {
+                    (grid_entry(&grid, sw, t), grid_sideways(&grid, sw, t, ports))
+                })
             }
         };
         let switches = (0..n)
@@ -97,7 +116,10 @@ impl RoutingEngine for LocalReroute {
                 let ports = router_ports(topo, sw);
                 SwitchTable::Adaptive(AdaptiveTable {
                     entries: (0..topo.num_hosts() as u32)
-                        .map(|t| with_misroutes(entry(sw, t), &ports, sw == t))
+                        .map(|t| {
+                            let (e, sideways) = entry(sw, t, &ports);
+                            with_misroutes(e, sideways, sw == t)
+                        })
                         .collect(),
                 })
             })
@@ -160,6 +182,18 @@ mod tests {
         assert_eq!(a.entries[2].candidates.len(), 1, "same row");
         assert_eq!(a.entries[2].misroute.len(), 1);
         assert!(!a.entries[2].misroute.contains(&DIRECT_HOST_PORT));
+        // (2,1) → (2,5), one column: the misroutes step sideways (±X),
+        // never back (−Y), from where the only minimal move is the U-turn.
+        let SwitchTable::Adaptive(a) = &rt.switches[9] else {
+            panic!()
+        };
+        assert_eq!(a.entries[37].candidates, vec![direct_port(1, true)]);
+        assert_eq!(
+            a.entries[37].misroute,
+            vec![direct_port(0, true), direct_port(0, false)]
+        );
+        // (2,1) → (4,3): no aligned dimension, no misroute.
+        assert!(a.entries[4 + 3 * 7].misroute.is_empty());
         assert!(LocalReroute
             .route(&mesh_or_torus(&[4, 4], true).unwrap(), &FaultSet::none())
             .is_err());
