@@ -1279,8 +1279,7 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
 /// routers on the flows' paths fail per run (SIGKILL, 0.6 s apart), their
 /// neighbours are told at once, and the switches route around them on their
 /// own (`--engine local-reroute --recovery none`: minimal adaptive, at most
-/// one
-/// misroute). Full runs add the earlier controller mode (a link killed, the
+/// one misroute). Full runs add the earlier controller mode (a link killed, the
 /// controller re-routing) for comparison. Measured: the mean latency of
 /// the messages that needed a resend ("corrupted messages", generation to
 /// delivery), the flits resent per resent packet (overhead), and that
