@@ -60,6 +60,9 @@ pub mod route_flags {
     /// emergency path; the receiving switch must not send it back up the
     /// port it arrived on (and clears the bit when it forwards it).
     pub const DEFLECTED: u8 = 1 << 5;
+    /// Seed 003's local fault fallback: this head already took its one
+    /// misroute around a dead neighbour (`VcPolicy::LocalReroute`).
+    pub const LOCAL_MISROUTED: u8 = 1 << 6;
 
     /// The D bit of leg `leg` (0..=3, one more than
     /// [`super::MAX_INTERMEDIATES`]).

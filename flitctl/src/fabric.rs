@@ -504,6 +504,15 @@ impl Fabric {
         Ok(())
     }
 
+    /// Tells the daemon owning `end` to take that port down (or up), as
+    /// [`Fabric::set_link`] does for both ends of a link.
+    pub fn set_port(&self, end: PortRef, up: bool) -> Result<()> {
+        let i = self.daemon_of(end.node);
+        self.client(i)?
+            .call_ok(Request::SetPort { port: end.port, up })?;
+        Ok(())
+    }
+
     /// Ethernet transport: sets both veth ends of `link` down (or up), a
     /// pulled cable the daemons are not told about: frames on it vanish
     /// and the ends notice by keepalive timeout.

@@ -15,7 +15,7 @@ use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -172,10 +172,22 @@ pub struct UpArgs {
     #[arg(long, value_enum, default_value_t = KillBy::Admin)]
     pub kill_by: KillBy,
     /// SIGKILL this switch's process mid-run (its neighbours must notice).
-    /// Not with `--kill-link`: for several faults at different times use
+    /// Repeat to kill several, `--kill-every` apart (the first at
+    /// `--kill-at`). Not with `--kill-link`; for other fault sequences use
     /// `flitctl chaos`.
     #[arg(long)]
-    pub kill_switch: Option<String>,
+    pub kill_switch: Vec<String>,
+    /// With several --kill-switch: time between two kills (the killed
+    /// switches stay dead).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub kill_every: Duration,
+    /// With --kill-switch: the controller takes the killed switch's
+    /// neighbours' ports toward it down at the same instant, as the thesis
+    /// of seed 003 assumes (each node knows whether each neighbour is
+    /// faulty, no detection delay); without it they notice by keepalive
+    /// (--dead-after).
+    #[arg(long)]
+    pub notify_neighbours: bool,
     /// When to kill, after traffic starts.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub kill_at: Duration,
@@ -715,6 +727,24 @@ pub struct UpOutcome {
     pub ft2ei: Option<Ft2eiDynReport>,
 }
 
+/// The ports of `s`'s neighbouring switches that face it.
+fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
+    let me = NodeRef::Switch(s);
+    topo.links
+        .iter()
+        .filter_map(|l| {
+            if l.a.node == me {
+                Some(l.b)
+            } else if l.b.node == me {
+                Some(l.a)
+            } else {
+                None
+            }
+        })
+        .filter(|p| matches!(p.node, NodeRef::Switch(_)) && p.node != me)
+        .collect()
+}
+
 /// Brings the fabric up, runs the traffic and the fault, and returns what
 /// happened (`flitctl reproduce` runs seed 003 this way).
 pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
@@ -724,14 +754,30 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .iter()
         .map(|s| parse_link(&topo, s))
         .collect::<Result<Vec<_>>>()?;
-    let kill_switch = match args.kill_switch.as_deref() {
-        Some(name) => match topo.find_node(name) {
-            Some(NodeRef::Switch(s)) => Some(s),
+    let kill_switches = args
+        .kill_switch
+        .iter()
+        .map(|name| match topo.find_node(name) {
+            Some(NodeRef::Switch(s)) => Ok(s),
             Some(_) => bail!("--kill-switch {name}: that is a host, not a switch"),
             None => bail!("--kill-switch {name}: no such switch"),
-        },
-        None => None,
-    };
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let kill_switch = kill_switches.first().copied();
+    if let Some(twice) = kill_switches
+        .iter()
+        .enumerate()
+        .find(|(i, s)| kill_switches[..*i].contains(s))
+        .map(|(i, _)| &args.kill_switch[i])
+    {
+        bail!("--kill-switch {twice} twice: a killed switch stays dead");
+    }
+    if kill_switches.len() > 1 && args.kill_every.is_zero() {
+        bail!("several --kill-switch: say how far apart with --kill-every");
+    }
+    if args.notify_neighbours && kill_switch.is_none() {
+        bail!("--notify-neighbours tells a killed switch's neighbours: it needs --kill-switch");
+    }
     if !kill_links.is_empty() && kill_switch.is_some() {
         // One fault instant (`--kill-at`): the switch would be ignored.
         bail!(
@@ -816,9 +862,30 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     events.record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
     let mut faults = FaultSet::none();
     let mut fault_log = Vec::new();
-    if !kill_links.is_empty() || kill_switch.is_some() {
-        progress.sleep_until(&fabric, args.kill_at);
-        let fault = if !kill_links.is_empty() {
+    // One fault step per `--kill-switch` (`--kill-every` apart), or the
+    // links all at once.
+    let steps: Vec<Option<SwitchId>> = if !kill_links.is_empty() {
+        vec![None]
+    } else {
+        kill_switches.iter().copied().map(Some).collect()
+    };
+    for (k, step) in steps.into_iter().enumerate() {
+        let at = args.kill_at + args.kill_every * k as u32;
+        progress.sleep_until(&fabric, at);
+        let fault = if let Some(s) = step {
+            fabric.kill(NodeRef::Switch(s))?;
+            if args.notify_neighbours {
+                for live in neighbour_ports(&topo, s) {
+                    fabric.set_port(live, false)?;
+                }
+            }
+            faults.switches.insert(s);
+            let name = topo.node_name(NodeRef::Switch(s)).to_string();
+            crate::ctl_metrics::fault("switch-sigkill", &name);
+            events.record(
+                serde_json::json!({"event": "fault", "kind": "switch-sigkill", "element": name}),
+            )
+        } else {
             let mut names = Vec::new();
             for &l in &kill_links {
                 match args.kill_by {
@@ -842,17 +909,15 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             };
             crate::ctl_metrics::fault(kind, &what);
             events.record(serde_json::json!({"event": "fault", "kind": kind, "element": what}))
-        } else {
-            let s = kill_switch.expect("one of the two");
-            fabric.kill(NodeRef::Switch(s))?;
-            faults.switches.insert(s);
-            let name = topo.node_name(NodeRef::Switch(s)).to_string();
-            crate::ctl_metrics::fault("switch-sigkill", &name);
-            events.record(
-                serde_json::json!({"event": "fault", "kind": "switch-sigkill", "element": name}),
-            )
         };
-        let detected = report::wait_detection(&events, &topo, &faults, Duration::from_secs(5));
+        let this_fault = match step {
+            Some(s) => FaultSet {
+                switches: [s].into_iter().collect(),
+                ..FaultSet::none()
+            },
+            None => faults.clone(),
+        };
+        let detected = report::wait_detection(&events, &topo, &this_fault, Duration::from_secs(5));
         let mut installed = None;
         if let (Recovery::Reroute, Some(setup)) = (args.recovery, inodes.as_mut()) {
             // Seed 004: the switches stay as they are; the sources learn the

@@ -24,6 +24,7 @@ fn eject() -> AdaptiveEntry {
     AdaptiveEntry {
         candidates: vec![DIRECT_HOST_PORT],
         escape: Some(DIRECT_HOST_PORT),
+        misroute: Vec::new(),
     }
 }
 
@@ -39,6 +40,7 @@ pub fn grid_entry(grid: &Grid, sw: SwitchId, dest: HostId) -> AdaptiveEntry {
     AdaptiveEntry {
         candidates,
         escape: Some(dor_port(grid, sw, dest)),
+        misroute: Vec::new(),
     }
 }
 
@@ -54,6 +56,7 @@ pub fn cube_entry(d: u32, sw: SwitchId, dest: HostId) -> AdaptiveEntry {
             .map(cube_port)
             .collect::<Vec<PortNo>>(),
         escape: Some(ecube_port(sw, dest)),
+        misroute: Vec::new(),
     }
 }
 

@@ -204,6 +204,8 @@ impl CheckReport {
 pub fn next_vc(policy: &VcPolicy, in_port: PortNo, in_vc: u8, out_port: PortNo) -> u8 {
     match policy {
         VcPolicy::Keep => in_vc,
+        // The escape network is VC 0 (adaptive VCs are above it).
+        VcPolicy::LocalReroute => 0,
         VcPolicy::Dateline { port_dim, dateline } => {
             let dim = |p: PortNo| port_dim.get(p as usize).copied().flatten();
             let out_dim = dim(out_port);
@@ -305,6 +307,7 @@ pub fn check_transition(
                         AdaptiveEntry {
                             escape: b.lookup(d),
                             candidates,
+                            misroute: Vec::new(),
                         }
                     })
                     .collect(),
@@ -1201,6 +1204,7 @@ mod tests {
                                 AdaptiveEntry {
                                     candidates,
                                     escape: *p,
+                                    misroute: Vec::new(),
                                 }
                             })
                             .collect(),

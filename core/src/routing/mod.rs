@@ -17,6 +17,7 @@ pub mod ftree2;
 pub mod ftree_random;
 pub mod gxmodk;
 pub mod interval;
+pub mod local_reroute;
 pub mod metrics;
 pub mod minhop;
 pub mod opensm;

@@ -12,6 +12,7 @@ use super::ftree::Ftree;
 use super::ftree2::Ftree2;
 use super::ftree_random::FtreeRandom;
 use super::gxmodk::Gdmodk;
+use super::local_reroute::LocalReroute;
 use super::minhop::MinHop;
 use super::random::RandomShortestPath;
 use super::updown::{UpDown, Variant};
@@ -43,6 +44,7 @@ pub const ENGINES: &[(&str, Constructor)] = &[
     ("dor-1vc", || Box::new(Dor::single_vc())),
     ("ecube", || Box::new(Ecube)),
     ("adaptive-escape", || Box::new(AdaptiveEscape)),
+    ("local-reroute", || Box::new(LocalReroute)),
 ];
 
 /// Names of every engine, in [`ENGINES`] order.
@@ -150,6 +152,7 @@ mod tests {
                     "dor-1vc",
                     "ecube",
                     "adaptive-escape",
+                    "local-reroute",
                 ];
                 let tables = match e.route(&t, &FaultSet::none()) {
                     Err(RoutingError::NotApplicable { .. }) if narrow.contains(&n) => continue,

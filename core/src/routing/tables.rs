@@ -74,6 +74,11 @@ pub struct AdaptiveTable {
 pub struct AdaptiveEntry {
     pub candidates: Vec<PortNo>,
     pub escape: Option<PortNo>,
+    /// Non-minimal ports a switch may take once, when every minimal port is
+    /// dead (seed 003's local fault handling, at most one misroute: only
+    /// under [`VcPolicy::LocalReroute`]; empty for every other engine).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub misroute: Vec<PortNo>,
 }
 
 /// How output VCs are chosen (the switch-side counterpart of InfiniBand's
@@ -116,6 +121,14 @@ pub enum VcPolicy {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         dir_ports: Vec<PortNo>,
     },
+    /// Seed 003's faithful mode (the `local-reroute` engine): Duato with VC
+    /// 0 the escape VC (the table's escape port: e-cube / XY) and every
+    /// other VC adaptive (any minimal candidate), plus the local fault
+    /// fallback: a head whose minimal ports are all dead takes one of the
+    /// entry's `misroute` ports on an adaptive VC, once (the head is marked
+    /// [`crate::flit::route_flags::LOCAL_MISROUTED`]), and a head never
+    /// leaves by the port it came in on. docs/sbrp.md, "Faithful mode".
+    LocalReroute,
 }
 
 impl VcPolicy {
@@ -125,7 +138,7 @@ impl VcPolicy {
     pub fn min_vcs(&self) -> u8 {
         match self {
             VcPolicy::Keep => 1,
-            VcPolicy::Dateline { .. } => 2,
+            VcPolicy::Dateline { .. } | VcPolicy::LocalReroute => 2,
             VcPolicy::Legs {
                 legs,
                 escape_per_leg,
@@ -230,6 +243,7 @@ mod tests {
             entries: vec![AdaptiveEntry {
                 candidates: vec![1, 3],
                 escape: Some(3),
+                misroute: Vec::new(),
             }],
         });
         assert_eq!(t.lookup(0), Some(3));

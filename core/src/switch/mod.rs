@@ -391,14 +391,16 @@ impl Switch {
         self.cfg.radix * self.cfg.vcs as usize
     }
 
-    /// Whether the head DLR just discarded at input VC `i` may be routed
-    /// again from scratch with a chance of success: DLR is on, the head came
+    /// Whether the head DLR (or seed 003's local rerouting,
+    /// [`VcPolicy::LocalReroute`]) just discarded at input VC `i` may be
+    /// routed again from scratch with a chance of success (no controller
+    /// will install tables that would unpark it): local rerouting is on, the head came
     /// in on a link (a packet this switch injected itself was already routed
     /// from scratch), and its destination is not cut off (the leaf's host
     /// link is dead: nothing reaches it until that port is back).
     fn dlr_may_route_afresh(&self, i: usize) -> bool {
         use crate::recovery::dlr::DiscardReason;
-        self.reroute.is_some()
+        (self.reroute.is_some() || self.policy == VcPolicy::LocalReroute)
             && i < self.local_input()
             && self.dlr_discard != Some(DiscardReason::HostLinkDown)
     }
@@ -988,6 +990,110 @@ impl Switch {
         }
     }
 
+    /// The adaptive entry of the installed table for `head`'s target.
+    fn adaptive_entry(&self, head: &crate::flit::Head) -> Option<&crate::routing::AdaptiveEntry> {
+        match self.table.as_ref()? {
+            SwitchTable::Adaptive(a) => a.entries.get(routing::target(head) as usize),
+            _ => None,
+        }
+    }
+
+    /// Under [`VcPolicy::LocalReroute`], after the head of input VC `i` was
+    /// granted `out`: if that is not a minimal port, it was the packet's one
+    /// misroute; mark the head so it takes no second one.
+    fn mark_local_misroute(&mut self, i: usize, out: usize) {
+        let Some(head) = self.inputs[i].buf.front().and_then(|f| f.head.as_ref()) else {
+            return;
+        };
+        let minimal = self.adaptive_entry(head).is_none_or(|e| {
+            e.candidates.contains(&(out as PortNo)) || e.escape == Some(out as PortNo)
+        });
+        if minimal {
+            return;
+        }
+        if let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) {
+            h.route_flags |= route_flags::LOCAL_MISROUTED;
+            self.counters.misroute_hops += 1;
+        }
+    }
+
+    /// Route and VC allocation under [`VcPolicy::LocalReroute`] (seed 003's
+    /// local fault handling, `routing::local_reroute`): an adaptive VC (1
+    /// and up) on the live minimal port with the most credits, else the
+    /// escape VC 0 on the escape port; if every minimal port is dead, one
+    /// misroute per packet on an adaptive VC. Never a dead port, never back
+    /// out of the input port. Nothing left: drop (the caller asks for a
+    /// resend).
+    fn decide_local(&self, i: usize, f: &Flit) -> Decision {
+        let vcs = self.cfg.vcs as usize;
+        let in_port = i / vcs;
+        let Some(head) = f.head.as_ref() else {
+            return Decision::Drop(DropReason::Orphan);
+        };
+        let Some(e) = self.adaptive_entry(head) else {
+            return Decision::Drop(DropReason::NoRoute);
+        };
+        let need = match self.cfg.switching {
+            Switching::Wormhole => 1,
+            Switching::VirtualCutThrough => {
+                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
+            }
+        };
+        let usable = |port: PortNo| {
+            let out = port as usize;
+            out < self.ports.len()
+                && out != in_port
+                && !self.ports[out].failed
+                && self.ports[out].link.is_admin_up()
+        };
+        // The adaptive VC with the most credits (room for `need`) among `ports`.
+        let best_adaptive = |ports: &[PortNo]| {
+            let mut best: Option<(usize, u8, u16)> = None;
+            for &p in ports.iter().filter(|&&p| usable(p)) {
+                let out = p as usize;
+                for vc in 1..self.cfg.vcs {
+                    if !self.outputs.is_free(out, vc) {
+                        continue;
+                    }
+                    let credits = self.ports[out].link.credits(vc);
+                    if credits >= need && best.is_none_or(|b| credits > b.2) {
+                        best = Some((out, vc, credits));
+                    }
+                }
+            }
+            best.map(|(out, out_vc, _)| Decision::Grant { out, out_vc })
+        };
+        if let Some(d) = best_adaptive(&e.candidates) {
+            return d;
+        }
+        if let Some(esc) = e.escape.filter(|&p| usable(p)) {
+            let out = esc as usize;
+            let free = self.outputs.is_free(out, 0);
+            let admitted = match self.cfg.switching {
+                Switching::Wormhole => free,
+                Switching::VirtualCutThrough => free && self.ports[out].link.credits(0) >= need,
+            };
+            return if admitted {
+                Decision::Grant { out, out_vc: 0 }
+            } else {
+                Decision::Wait {
+                    on_credits: free.then_some((out, 0)),
+                }
+            };
+        }
+        if e.candidates.iter().any(|&p| usable(p)) {
+            // The escape port is dead (or the way back): a live minimal port
+            // will free up.
+            return Decision::Wait { on_credits: None };
+        }
+        if head.route_flags & route_flags::LOCAL_MISROUTED == 0
+            && e.misroute.iter().any(|&p| usable(p))
+        {
+            return best_adaptive(&e.misroute).unwrap_or(Decision::Wait { on_credits: None });
+        }
+        Decision::Drop(DropReason::PortDown)
+    }
+
     /// Settles the front of input VC `i` until it is a flit ready to
     /// request an output (returns the output and VC) or must wait.
     fn resolve_front(&mut self, i: usize) -> Option<(usize, u8)> {
@@ -1066,6 +1172,8 @@ impl Switch {
                     });
                     let decision = if self.reroute.is_some() {
                         self.decide_local_reroute(i)
+                    } else if self.policy == VcPolicy::LocalReroute {
+                        self.decide_local(i, f)
                     } else if matches!(self.policy, VcPolicy::Legs { .. }) {
                         self.advance_leg(i);
                         let f = self.inputs[i].buf.front().expect("checked above");
@@ -1092,6 +1200,9 @@ impl Switch {
                                     self.counters.misroute_hops += 1;
                                 }
                             }
+                            if self.policy == VcPolicy::LocalReroute {
+                                self.mark_local_misroute(i, out);
+                            }
                             if self.ft2ei.is_some() {
                                 self.ft2ei_granted(i, out);
                             }
@@ -1117,6 +1228,7 @@ impl Switch {
                                 // fail too, it is parked (local input).
                                 if let Some(h) = f.head.as_mut() {
                                     h.dlr_port_field = 0;
+                                    h.route_flags &= !route_flags::LOCAL_MISROUTED;
                                 }
                                 f.vc = 0;
                                 self.sbrp.rrq_restarted += 1;

@@ -74,6 +74,7 @@ mod tests {
                 AdaptiveEntry {
                     candidates: vec![1, 2],
                     escape: Some(0),
+                    misroute: Vec::new(),
                 },
                 AdaptiveEntry::default(),
             ],

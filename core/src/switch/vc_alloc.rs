@@ -12,6 +12,8 @@ use crate::routing::VcPolicy;
 pub fn output_vc(policy: &VcPolicy, in_port: usize, in_vc: u8, out_port: usize) -> u8 {
     match policy {
         VcPolicy::Keep => in_vc,
+        // The escape VC; the switch picks adaptive VCs itself.
+        VcPolicy::LocalReroute => 0,
         VcPolicy::Dateline { port_dim, dateline } => {
             let dim = |p: usize| port_dim.get(p).copied().flatten();
             let base = in_vc & !1;
