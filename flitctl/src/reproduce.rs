@@ -1106,29 +1106,33 @@ fn crossing_permutation(topo: &Topology, a: &str, b: &str, flows: usize) -> Resu
             })
         })
     };
-    let n = topo.num_hosts() as HostId;
+    greedy_permutation(topo.num_hosts() as HostId, flows, crosses)
+        .with_context(|| format!("no route crosses {a}–{b}"))
+}
+
+/// At most `flows` pairs `src dst` (a partial permutation file text) with
+/// `wanted(src, dst)`: each source in turn takes the highest destination
+/// not yet taken. None when no pair qualifies.
+fn greedy_permutation(
+    hosts: HostId,
+    flows: usize,
+    wanted: impl Fn(HostId, HostId) -> bool,
+) -> Option<String> {
     let mut used = std::collections::BTreeSet::new();
     let mut text = String::new();
-    let mut count = 0;
-    // Each source in turn takes the highest free destination whose route
-    // crosses the link.
-    for src in 0..n {
-        if count == flows {
+    for src in 0..hosts {
+        if used.len() == flows {
             break;
         }
-        if let Some(dst) = (0..n)
+        if let Some(dst) = (0..hosts)
             .rev()
-            .find(|&d| d != src && !used.contains(&d) && crosses(src, d))
+            .find(|&d| d != src && !used.contains(&d) && wanted(src, d))
         {
             used.insert(dst);
             let _ = writeln!(text, "{src} {dst}");
-            count += 1;
         }
     }
-    if count == 0 {
-        anyhow::bail!("no route crosses {a}–{b}");
-    }
-    Ok(text)
+    (!used.is_empty()).then_some(text)
 }
 
 /// A partial permutation whose fault-free routes pass *through* one of the
@@ -1156,27 +1160,8 @@ fn transit_permutation(topo: &Topology, bs: &[&str], flows: usize) -> Result<Str
                 && p.iter().any(|h| sbs.contains(&h.switch))
         })
     };
-    let n = topo.num_hosts() as HostId;
-    let mut used = std::collections::BTreeSet::new();
-    let mut text = String::new();
-    let mut count = 0;
-    for src in 0..n {
-        if count == flows {
-            break;
-        }
-        if let Some(dst) = (0..n)
-            .rev()
-            .find(|&d| d != src && !used.contains(&d) && through(src, d))
-        {
-            used.insert(dst);
-            let _ = writeln!(text, "{src} {dst}");
-            count += 1;
-        }
-    }
-    if count == 0 {
-        anyhow::bail!("no route passes through {}", bs.join(", "));
-    }
-    Ok(text)
+    greedy_permutation(topo.num_hosts() as HostId, flows, through)
+        .with_context(|| format!("no route passes through {}", bs.join(", ")))
 }
 
 /// One SBRP run's figures.
@@ -1813,6 +1798,20 @@ mod tests {
             sections,
             seconds: 2.0,
         }
+    }
+
+    #[test]
+    fn greedy_permutations_take_the_highest_free_destination() {
+        assert_eq!(
+            greedy_permutation(4, 2, |_, _| true).as_deref(),
+            Some("0 3\n1 2\n")
+        );
+        // Destinations are never reused, and a source may find none.
+        assert_eq!(
+            greedy_permutation(4, 8, |_, d| d == 3).as_deref(),
+            Some("0 3\n")
+        );
+        assert_eq!(greedy_permutation(4, 8, |_, _| false), None);
     }
 
     #[test]
