@@ -781,23 +781,7 @@ impl Switch {
         };
         let try_port = |port: PortNo| match assess(port) {
             Err(r) => Decision::Drop(r),
-            Ok((out_vc, credits)) => {
-                let free = self.outputs.is_free(port as usize, out_vc);
-                let admitted = match self.cfg.switching {
-                    Switching::Wormhole => free,
-                    Switching::VirtualCutThrough => free && credits >= need,
-                };
-                if admitted {
-                    Decision::Grant {
-                        out: port as usize,
-                        out_vc,
-                    }
-                } else {
-                    Decision::Wait {
-                        on_credits: free.then_some((port as usize, out_vc)),
-                    }
-                }
-            }
+            Ok((out_vc, _)) => self.admit(port as usize, out_vc, need),
         };
         match route {
             Route::Fixed(port) => try_port(port),
@@ -937,20 +921,8 @@ impl Switch {
         // Adaptive VCs: any minimal port (only the escape port under D).
         let single = [escape];
         let adaptive_ports: &[PortNo] = if deterministic { &single } else { candidates };
-        let mut best: Option<(usize, u8, u16)> = None;
-        for &c in adaptive_ports {
-            let Ok(out) = usable(c) else { continue };
-            for vc in escape_base..self.cfg.vcs {
-                if !self.outputs.is_free(out, vc) {
-                    continue;
-                }
-                let credits = self.ports[out].link.credits(vc);
-                if credits >= need && best.is_none_or(|b| credits > b.2) {
-                    best = Some((out, vc, credits));
-                }
-            }
-        }
-        if let Some((out, out_vc, _)) = best {
+        let live = adaptive_ports.iter().filter_map(|&c| usable(c).ok());
+        if let Some((out, out_vc)) = self.most_credited_vc(live, escape_base..self.cfg.vcs, need) {
             return Decision::Grant { out, out_vc };
         }
         let out = match usable(escape) {
@@ -976,6 +948,13 @@ impl Switch {
         if out_vc >= self.cfg.vcs {
             return Decision::Drop(DropReason::LegVc);
         }
+        self.admit(out, out_vc, need)
+    }
+
+    /// Output VC `out_vc` of port `out` for a head that needs `need`
+    /// credits: granted when the VC is free (under virtual cut-through,
+    /// with room for `need`), else wait for it (on its credits if free).
+    fn admit(&self, out: usize, out_vc: u8, need: u16) -> Decision {
         let free = self.outputs.is_free(out, out_vc);
         let admitted = match self.cfg.switching {
             Switching::Wormhole => free,
@@ -988,6 +967,29 @@ impl Switch {
                 on_credits: free.then_some((out, out_vc)),
             }
         }
+    }
+
+    /// Among the free VCs `vcs` of the ports `outs` with at least `need`
+    /// credits, the one with the most (the first met on a tie).
+    fn most_credited_vc(
+        &self,
+        outs: impl Iterator<Item = usize>,
+        vcs: std::ops::Range<u8>,
+        need: u16,
+    ) -> Option<(usize, u8)> {
+        let mut best: Option<(usize, u8, u16)> = None;
+        for out in outs {
+            for vc in vcs.clone() {
+                if !self.outputs.is_free(out, vc) {
+                    continue;
+                }
+                let credits = self.ports[out].link.credits(vc);
+                if credits >= need && best.is_none_or(|b| credits > b.2) {
+                    best = Some((out, vc, credits));
+                }
+            }
+        }
+        best.map(|(out, vc, _)| (out, vc))
     }
 
     /// The adaptive entry of the installed table for `head`'s target.
@@ -1046,40 +1048,17 @@ impl Switch {
                 && !self.ports[out].failed
                 && self.ports[out].link.is_admin_up()
         };
-        // The adaptive VC with the most credits (room for `need`) among `ports`.
+        // The adaptive VC (1 and up) with the most credits among `ports`.
         let best_adaptive = |ports: &[PortNo]| {
-            let mut best: Option<(usize, u8, u16)> = None;
-            for &p in ports.iter().filter(|&&p| usable(p)) {
-                let out = p as usize;
-                for vc in 1..self.cfg.vcs {
-                    if !self.outputs.is_free(out, vc) {
-                        continue;
-                    }
-                    let credits = self.ports[out].link.credits(vc);
-                    if credits >= need && best.is_none_or(|b| credits > b.2) {
-                        best = Some((out, vc, credits));
-                    }
-                }
-            }
-            best.map(|(out, out_vc, _)| Decision::Grant { out, out_vc })
+            let live = ports.iter().filter(|&&p| usable(p)).map(|&p| p as usize);
+            self.most_credited_vc(live, 1..self.cfg.vcs, need)
+                .map(|(out, out_vc)| Decision::Grant { out, out_vc })
         };
         if let Some(d) = best_adaptive(&e.candidates) {
             return d;
         }
         if let Some(esc) = e.escape.filter(|&p| usable(p)) {
-            let out = esc as usize;
-            let free = self.outputs.is_free(out, 0);
-            let admitted = match self.cfg.switching {
-                Switching::Wormhole => free,
-                Switching::VirtualCutThrough => free && self.ports[out].link.credits(0) >= need,
-            };
-            return if admitted {
-                Decision::Grant { out, out_vc: 0 }
-            } else {
-                Decision::Wait {
-                    on_credits: free.then_some((out, 0)),
-                }
-            };
+            return self.admit(esc as usize, 0, need);
         }
         if e.candidates.iter().any(|&p| usable(p)) {
             // The escape port is dead (or the way back): a live minimal port
