@@ -1027,10 +1027,16 @@ impl Link {
 
     fn refill(&mut self, now: u64) {
         if let Some(rate) = self.cfg.bandwidth_flits_per_s {
-            let dt = now.saturating_sub(self.tokens_at) as u128;
-            self.tokens = (self.tokens + dt * rate as u128).min(self.token_cap(rate));
+            self.tokens = self.tokens_by(now, rate);
         }
         self.tokens_at = now;
+    }
+
+    /// Tokens the bucket holds at `now` (flits × 10⁹), earned at `rate`
+    /// since the last refill up to [`Link::token_cap`].
+    fn tokens_by(&self, now: u64, rate: u64) -> u128 {
+        let dt = now.saturating_sub(self.tokens_at) as u128;
+        (self.tokens + dt * rate as u128).min(self.token_cap(rate))
     }
 
     /// Most tokens the bucket may hold at the next refill: the burst, plus
@@ -1191,12 +1197,17 @@ impl Link {
             }
             self.next_sync_at = Some(now.saturating_add(self.cfg.keepalive_interval_ns));
         }
-        let len = w.finish();
+        self.count_sent(w.finish());
+        self.note_backlog();
+        true
+    }
+
+    /// A datagram of `len` bytes was written: the next one takes the next
+    /// sequence number.
+    fn count_sent(&mut self, len: usize) {
         self.tx_seq = self.tx_seq.wrapping_add(1);
         self.stats.tx_datagrams += 1;
         self.stats.tx_bytes += len as u64;
-        self.note_backlog();
-        true
     }
 
     /// The header of the next datagram this end sends.
@@ -1222,10 +1233,7 @@ impl Link {
             wire::EXT_LINK_RESET,
             &wire::encode_link_reset(gen, cause.code()),
         );
-        let len = w.finish();
-        self.tx_seq = self.tx_seq.wrapping_add(1);
-        self.stats.tx_datagrams += 1;
-        self.stats.tx_bytes += len as u64;
+        self.count_sent(w.finish());
         self.stats.tx_link_resets += 1;
         self.next_reset_at = now.saturating_add((self.cfg.retrain_ns / 4).max(1));
         true
@@ -1260,8 +1268,7 @@ impl Link {
                 match self.cfg.bandwidth_flits_per_s {
                     None => at(self.now),
                     Some(rate) => {
-                        let dt = (self.now.saturating_sub(self.tokens_at)) as u128;
-                        let have = (self.tokens + dt * rate as u128).min(self.token_cap(rate));
+                        let have = self.tokens_by(self.now, rate);
                         let need = self.pace_batch() as u128 * NS_PER_S;
                         if have >= need {
                             at(self.now);
