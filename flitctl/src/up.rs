@@ -730,17 +730,8 @@ pub struct UpOutcome {
 /// The ports of `s`'s neighbouring switches that face it.
 fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
     let me = NodeRef::Switch(s);
-    topo.links
-        .iter()
-        .filter_map(|l| {
-            if l.a.node == me {
-                Some(l.b)
-            } else if l.b.node == me {
-                Some(l.a)
-            } else {
-                None
-            }
-        })
+    (0..topo.radix(me) as u16)
+        .filter_map(|port| topo.peer(PortRef { node: me, port }))
         .filter(|p| matches!(p.node, NodeRef::Switch(_)) && p.node != me)
         .collect()
 }
