@@ -152,15 +152,7 @@ impl Node for HostNode {
                 body["credit_violations"] = link.rx_overflow.into();
                 // Credits of a live link not back from the switch (in a
                 // drained fabric: a leak).
-                let l = self.endpoint.link();
-                let missing: u64 = if l.is_up() {
-                    (0..l.config().vcs)
-                        .map(|vc| (l.config().buffer_depth - l.credits(vc)) as u64)
-                        .sum()
-                } else {
-                    0
-                };
-                body["credits_missing"] = missing.into();
+                body["credits_missing"] = self.endpoint.link().credits_missing().into();
                 // The host link's errors and link error recoveries
                 // (docs/wire.md, "Link errors and retraining").
                 body["link"] = serde_json::json!({

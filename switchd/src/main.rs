@@ -194,17 +194,11 @@ impl Node for SwitchNode {
                 // Credits not (yet) back from the peers of live links: in a
                 // drained fabric every one is back, so anything left is a
                 // leak (lost flits whose slots were never written off).
-                let depth = self.switch.config().buffer_depth;
                 let missing: u64 = self
                     .cabled
                     .iter()
                     .filter_map(|&p| self.switch.link(p).ok())
-                    .filter(|l| l.is_up())
-                    .map(|l| {
-                        (0..l.config().vcs)
-                            .map(|vc| (depth - l.credits(vc)) as u64)
-                            .sum::<u64>()
-                    })
+                    .map(|l| l.credits_missing())
                     .sum();
                 body["credits_missing"] = missing.into();
                 // Items (flits and credits) that reached a disabled port or
