@@ -420,6 +420,12 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
             "link faults only",
         ),
         (
+            "reconfiguration",
+            "mechanism: reroute\nfabric: {reconfiguration: sometimes}\n",
+            "line 3",
+            "unknown variant `sometimes`",
+        ),
+        (
             "unknown-key",
             "mechanism: none\ntimeline:\n  - {at: 1s, action: corrupt, target: \"s0-0:4\", cuont: 3}\n",
             "line 4",
@@ -666,5 +672,28 @@ timeline:
         "no persistent port-down in the events"
     );
     assert!(report["reroutes"].as_u64().unwrap() >= 1, "{report:#}");
+    // On the 4-cube the healthy tables are e-cube and the re-routed ones
+    // up*/down*: every swap, there and back, was quiesced (hosts held,
+    // nothing in flight when the tables went in), so no packet met both.
+    let swaps: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["source"] == "controller" && r["event"]["failed_links"].is_array())
+        .map(|r| r["event"].clone())
+        .filter(|e| e["event"] == "routes-installed")
+        .collect();
+    assert!(swaps.len() >= 2, "around and back: {swaps:#?}");
+    for e in &swaps {
+        assert_eq!(e["reconfiguration"], "quiesced", "{e:#}");
+        assert_eq!(e["quiesce"]["drained"], true, "{e:#}");
+        assert_eq!(e["quiesce"]["left_in_flight"], 0, "{e:#}");
+    }
+    eprintln!(
+        "quiesced swaps: {:?}",
+        swaps
+            .iter()
+            .map(|e| (e["engine"].clone(), e["quiesce"]["drain_ms"].clone()))
+            .collect::<Vec<_>>()
+    );
     check_recovered(report, "sbrp2");
 }

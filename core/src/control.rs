@@ -466,6 +466,14 @@ pub enum Request {
     ConfigureFt2eiDyn {
         config: Option<crate::recovery::ft2ei_dyn::Ft2eiDynConfig>,
     },
+    /// Hold (`paused`) or let go of injection (hosts only): packets partly
+    /// sent finish, nothing new starts. Used around a table swap
+    /// (quiesced reconfiguration, docs/chaos.md).
+    SetInjection { paused: bool },
+    /// How many flits this daemon still has in the network: body
+    /// `{"in_flight_flits": n}` ([`crate::switch::Switch::in_flight_flits`],
+    /// [`crate::host::HostEndpoint::in_flight_flits`]).
+    InFlight,
     /// Seed 004 (hosts only): the faults of a mesh/torus fabric whose
     /// switches run [`VcPolicy::Legs`] with `legs` escape virtual networks.
     /// The host plans, per destination, a route avoiding every fault with
@@ -657,6 +665,16 @@ mod tests {
         };
         let line = serde_json::to_string(&corrupt).unwrap();
         assert_eq!(line, r#"{"token":"x","op":"corrupt","port":2,"count":5}"#);
+        let pause = r#"{"token":"x","op":"set-injection","paused":true}"#;
+        assert_eq!(
+            serde_json::from_str::<Envelope>(pause).unwrap().request,
+            Request::SetInjection { paused: true }
+        );
+        let in_flight = r#"{"token":"x","op":"in-flight"}"#;
+        assert_eq!(
+            serde_json::from_str::<Envelope>(in_flight).unwrap().request,
+            Request::InFlight
+        );
         let all = r#"{"token":"x","op":"set-all-ports","up":false}"#;
         assert_eq!(
             serde_json::from_str::<Envelope>(all).unwrap().request,

@@ -9,7 +9,7 @@
 //! keepalive timeouts are the detection.
 
 use crate::events::{EventLog, Record};
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, Reconfiguration};
 use crate::plot::{self, Marker};
 use crate::report::{self, Drain, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Mechanism, Scenario, Target};
@@ -253,6 +253,8 @@ struct Controller<'a> {
     failed_actions: Vec<String>,
     /// Seed 004 intermediate nodes, when the mechanism is one of them.
     intermediate: Option<crate::up::IntermediateSetup>,
+    /// How tables are swapped when re-routing.
+    reconfiguration: Reconfiguration,
 }
 
 fn link_name(topo: &Topology, l: LinkId) -> String {
@@ -412,18 +414,20 @@ impl Controller<'_> {
                 t.engine,
                 t.vcs
             );
-            self.fabric.install_routes(&t)?;
-            Ok((t, computed))
+            let swap = self.fabric.swap_routes(&t, self.reconfiguration)?;
+            Ok((t, computed, swap))
         });
         match result {
-            Ok((tables, computed)) => {
-                self.events.record(serde_json::json!({
+            Ok((tables, computed, swap)) => {
+                let mut event = serde_json::json!({
                     "event": "routes-installed",
                     "engine": tables.engine,
                     "failed_links": faulty.iter().collect::<Vec<_>>(),
                     "compute_ms": computed.as_secs_f64() * 1e3,
                     "total_ms": started.elapsed().as_secs_f64() * 1e3,
-                }));
+                });
+                swap.event_fields(&mut event);
+                self.events.record(event);
                 self.tables = tables;
                 self.routed_around = faulty;
                 self.reroutes += 1;
@@ -903,6 +907,7 @@ pub fn run_scenario(
         applied: Vec::new(),
         failed_actions: Vec::new(),
         intermediate,
+        reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, &topo),
     };
     ctl.fabric.start_traffic(&spec)?;
     let start = Instant::now();

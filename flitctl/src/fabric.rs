@@ -89,6 +89,95 @@ pub struct Fabric {
 }
 
 /// The loopback address of node number `index` (hosts first, then switches).
+/// How the controller swaps routing tables in a running fabric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reconfiguration {
+    /// Install while traffic flows (the InfiniBand subnet manager's way).
+    Live,
+    /// Hold injection, wait until nothing is in flight (at most
+    /// `drain_timeout`), install, resume ([`Fabric::swap_routes`]).
+    Quiesced { drain_timeout: Duration },
+}
+
+/// The drain budget of a quiesced swap: in-flight worms need a few ms; a
+/// fabric that does not drain in this time (a packet stuck behind a dead
+/// host link) gets its tables anyway, and the report says so.
+pub const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Reconfiguration {
+    /// The default for a fabric re-routed between `old` and `new` engines
+    /// (the `auto` choice, docs/chaos.md "Quiesced reconfiguration"): live
+    /// on fat-trees, whose engines all rank the intact topology (a fabric
+    /// holding old and new tables at once routes up*/down* with one
+    /// ordering), quiesced elsewhere (e-cube or DOR and up*/down* mixed can
+    /// close a cycle of channel dependencies).
+    pub fn auto(topo: &Topology) -> Self {
+        if topo.family.is_fat_tree() {
+            Reconfiguration::Live
+        } else {
+            Reconfiguration::Quiesced {
+                drain_timeout: QUIESCE_TIMEOUT,
+            }
+        }
+    }
+
+    /// From a user's choice.
+    pub fn choose(choice: ReconfigurationChoice, topo: &Topology) -> Self {
+        let quiesced = Reconfiguration::Quiesced {
+            drain_timeout: QUIESCE_TIMEOUT,
+        };
+        match choice {
+            ReconfigurationChoice::Auto => Self::auto(topo),
+            ReconfigurationChoice::Live => Reconfiguration::Live,
+            ReconfigurationChoice::Quiesced => quiesced,
+        }
+    }
+}
+
+/// `--reconfiguration` / a scenario's `fabric.reconfiguration`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReconfigurationChoice {
+    /// Live on fat-trees, quiesced elsewhere.
+    #[default]
+    Auto,
+    Live,
+    Quiesced,
+}
+
+/// What a table swap did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Swap {
+    /// Set for a quiesced swap.
+    pub quiesced: Option<Quiesced>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Quiesced {
+    /// Nothing was in flight when the tables went in.
+    pub drained: bool,
+    /// Flits the last reading counted when the drain timed out (0 if
+    /// drained).
+    pub left_in_flight: u64,
+    /// From pausing the hosts until drained (or timed out).
+    pub drain_ms: f64,
+    /// How long the hosts held injection.
+    pub paused_ms: f64,
+}
+
+impl Swap {
+    /// Fields for a `routes-installed` event.
+    pub fn event_fields(&self, event: &mut serde_json::Value) {
+        event["reconfiguration"] = match &self.quiesced {
+            None => "live".into(),
+            Some(q) => {
+                event["quiesce"] = serde_json::to_value(q).unwrap_or_default();
+                "quiesced".into()
+            }
+        };
+    }
+}
+
 pub fn node_ip(subnet: u8, index: usize) -> Ipv4Addr {
     let i = index as u32 + 1;
     Ipv4Addr::new(127, subnet, (i >> 8) as u8, (i & 0xff) as u8)
@@ -468,6 +557,66 @@ impl Fabric {
             },
         )?;
         Ok(())
+    }
+
+    /// Swaps every switch's table as `how` says, and tells how it went.
+    /// Live: the tables go in while traffic flows. Quiesced: every host
+    /// holds injection, the controller waits until no daemon has a flit in
+    /// flight (two readings in a row, at most `drain_timeout`), installs,
+    /// and lets the hosts go again — so no packet is routed by the old
+    /// tables at one switch and the new ones at the next, the mix that can
+    /// deadlock when the two routing functions' channel dependencies
+    /// together form a cycle (e-cube and up*/down* on a hypercube: seen
+    /// wedging VC 0). Hosts are resumed even when the install fails.
+    pub fn swap_routes(&self, tables: &RoutingTables, how: Reconfiguration) -> Result<Swap> {
+        let Reconfiguration::Quiesced { drain_timeout } = how else {
+            self.install_routes(tables)?;
+            return Ok(Swap::default());
+        };
+        let started = Instant::now();
+        let is_host = |n: NodeRef| matches!(n, NodeRef::Host(_));
+        let paused = self.broadcast(is_host, |_| Request::SetInjection { paused: true });
+        let drained = paused.and_then(|_| self.wait_in_flight_zero(started + drain_timeout));
+        let drain = started.elapsed();
+        let installed = match &drained {
+            Ok(_) => self.install_routes(tables),
+            Err(_) => Ok(()),
+        };
+        let resumed = self.broadcast(is_host, |_| Request::SetInjection { paused: false });
+        let drained = drained.context("quiescing the fabric for a table swap")?;
+        installed?;
+        resumed.context("resuming injection after a table swap")?;
+        Ok(Swap {
+            quiesced: Some(Quiesced {
+                drained: drained.is_none(),
+                left_in_flight: drained.unwrap_or(0),
+                drain_ms: drain.as_secs_f64() * 1e3,
+                paused_ms: started.elapsed().as_secs_f64() * 1e3,
+            }),
+        })
+    }
+
+    /// Polls every live daemon's in-flight flits until two readings in a
+    /// row are all 0 (a flit moving ahead of one reading wave is seen by
+    /// the next) or `deadline` passes; returns `None` when drained, else
+    /// what the last reading still counted.
+    fn wait_in_flight_zero(&self, deadline: Instant) -> Result<Option<u64>> {
+        let mut zero_readings = 0;
+        loop {
+            let left: u64 = self
+                .broadcast(|_| true, |_| Request::InFlight)?
+                .iter()
+                .map(|(_, body)| body["in_flight_flits"].as_u64().unwrap_or(0))
+                .sum();
+            zero_readings = if left == 0 { zero_readings + 1 } else { 0 };
+            if zero_readings >= 2 {
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                return Ok(Some(left));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Starts traffic on every host.

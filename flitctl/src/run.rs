@@ -10,7 +10,7 @@
 use crate::compose::ComposeFabric;
 use crate::ctl_metrics;
 use crate::events::{EventLog, Record};
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
 use crate::report::{self, FaultTiming, RunReport};
 use crate::up::{compute_routes, parse_duration, parse_link, Recovery, TrafficArgs};
 use anyhow::{bail, Context, Result};
@@ -44,6 +44,9 @@ pub struct RunArgs {
     /// What the controller does about a fault (injected or detected).
     #[arg(long, value_enum, default_value_t = Recovery::Reroute)]
     pub recovery: Recovery,
+    /// How re-routing swaps the tables (as for `flitctl up`).
+    #[arg(long, value_enum, default_value_t = ReconfigurationChoice::Auto)]
+    pub reconfiguration: ReconfigurationChoice,
     /// Seed for traffic.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -252,6 +255,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         events: &events,
         engine: &args.engine,
         recovery: args.recovery,
+        reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
         faults,
         log: Vec::new(),
     };
@@ -348,6 +352,7 @@ struct Controller<'a> {
     events: &'a EventLog,
     engine: &'a str,
     recovery: Recovery,
+    reconfiguration: Reconfiguration,
     faults: FaultSet,
     log: Vec<FaultTiming>,
 }
@@ -454,11 +459,11 @@ impl Controller<'_> {
             return Ok(None);
         }
         let logged = self.log.len();
-        let tables = loop {
+        let (tables, swap) = loop {
             let tables = compute_routes(self.topo, self.engine, &self.faults)
                 .context("re-routing around the faults")?;
-            match self.fabric.install_routes(&tables) {
-                Ok(()) => break tables,
+            match self.fabric.swap_routes(&tables, self.reconfiguration) {
+                Ok(swap) => break (tables, swap),
                 // A switch died since the last look (its neighbours have
                 // not all timed out yet): count it and route around it too.
                 Err(e) => {
@@ -468,9 +473,9 @@ impl Controller<'_> {
                 }
             }
         };
-        let installed = self
-            .events
-            .record(serde_json::json!({"event": "routes-installed", "engine": tables.engine}));
+        let mut event = serde_json::json!({"event": "routes-installed", "engine": tables.engine});
+        swap.event_fields(&mut event);
+        let installed = self.events.record(event);
         ctl_metrics::reroute(Duration::from_nanos(
             installed.time_ns.saturating_sub(since.time_ns),
         ));

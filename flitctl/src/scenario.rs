@@ -328,6 +328,9 @@ pub struct FabricSection {
     /// How long a link stays down after a link error before it retrains
     /// (0 = no link error recovery; docs/wire.md).
     pub link_retrain: Time,
+    /// How the controller swaps tables when it re-routes: `auto`, `live`
+    /// or `quiesced` (docs/chaos.md, "Quiesced reconfiguration").
+    pub reconfiguration: crate::fabric::ReconfigurationChoice,
 }
 
 impl Default for FabricSection {
@@ -342,6 +345,7 @@ impl Default for FabricSection {
             max_packet_flits: 8,
             transport: DataTransport::Udp,
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
+            reconfiguration: Default::default(),
         }
     }
 }

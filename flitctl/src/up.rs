@@ -3,7 +3,7 @@
 //! a link or a switch mid-run (and re-routes), prints a report, and stops
 //! everything.
 
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
@@ -196,6 +196,12 @@ pub struct UpArgs {
     /// the fabric as it is.
     #[arg(long, value_enum, default_value_t = Recovery::Reroute)]
     pub recovery: Recovery,
+    /// How `reroute` swaps the tables: `live` while traffic flows,
+    /// `quiesced` (hosts hold injection until nothing is in flight, so old
+    /// and new tables never route one packet), `auto` = live on fat-trees,
+    /// quiesced elsewhere (docs/chaos.md, "Quiesced reconfiguration").
+    #[arg(long, value_enum, default_value_t = ReconfigurationChoice::Auto)]
+    pub reconfiguration: ReconfigurationChoice,
     /// What switches do about a fault on their own, with no controller
     /// (k-ary n-trees only): `dlr` = dynamic local rerouting, deterministic,
     /// link and switch faults (3 VCs); `dlr-link` = link faults only (2 VCs);
@@ -929,10 +935,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             setup.drops_at_switchover = Some(total_switch_drops(&fabric)?);
         } else if args.recovery == Recovery::Reroute {
             let new_tables = compute_routes(&topo, &args.engine, &faults)?;
-            fabric.install_routes(&new_tables)?;
-            let record = events.record(
-                serde_json::json!({"event": "routes-installed", "engine": new_tables.engine}),
-            );
+            let how = Reconfiguration::choose(args.reconfiguration, &topo);
+            let swap = fabric.swap_routes(&new_tables, how)?;
+            let mut event =
+                serde_json::json!({"event": "routes-installed", "engine": new_tables.engine});
+            swap.event_fields(&mut event);
+            let record = events.record(event);
             let since = detected.as_ref().unwrap_or(&fault);
             crate::ctl_metrics::reroute(Duration::from_nanos(
                 record.time_ns.saturating_sub(since.time_ns),

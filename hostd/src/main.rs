@@ -144,6 +144,14 @@ impl Node for HostNode {
                 self.endpoint.stop(now);
                 Response::ok()
             }
+            Request::SetInjection { paused } => {
+                self.endpoint.set_injection_paused(now, paused);
+                tracing::debug!(paused, "injection");
+                Response::ok()
+            }
+            Request::InFlight => Response::Ok {
+                body: serde_json::json!({"in_flight_flits": self.endpoint.in_flight_flits()}),
+            },
             Request::Report => {
                 let mut body = serde_json::to_value(self.endpoint.report()).unwrap_or_default();
                 body["name"] = self.name.clone().into();

@@ -173,6 +173,9 @@ impl Node for SwitchNode {
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
                 }
             }
+            Request::InFlight => Response::Ok {
+                body: serde_json::json!({"in_flight_flits": self.switch.in_flight_flits()}),
+            },
             Request::SetPort { port, up } => match self.switch.set_port_admin(port, up) {
                 Ok(()) => {
                     tracing::info!(port, up, "port set by the controller");
@@ -236,6 +239,7 @@ impl Node for SwitchNode {
             },
             Request::StartTraffic { .. }
             | Request::StopTraffic
+            | Request::SetInjection { .. }
             | Request::SetIntermediateRoutes { .. } => {
                 Response::error(format!("{}: a switch generates no traffic", self.name))
             }

@@ -244,6 +244,10 @@ pub struct HostEndpoint {
     /// controller has pushed a fault set.
     in_routes: Option<IntermediateRoutes>,
     in_stats: IntermediateStats,
+    /// The controller holds injection while it swaps routing tables
+    /// ([`HostEndpoint::set_injection_paused`]): packets already on their
+    /// way out finish, nothing new starts.
+    injection_paused: bool,
 }
 
 impl HostEndpoint {
@@ -287,6 +291,7 @@ impl HostEndpoint {
             control_out: VecDeque::new(),
             in_routes: None,
             in_stats: IntermediateStats::default(),
+            injection_paused: false,
             cfg,
         })
     }
@@ -404,6 +409,45 @@ impl HostEndpoint {
             && self.link.queued() == 0
             && self.sender.pending() == 0
             && self.control_out.is_empty()
+    }
+
+    /// Holds (or lets go of) injection. While paused, a packet already
+    /// partly sent finishes (a worm left open would hold its VCs in the
+    /// switches) but no new one starts: no new message, no resend, no
+    /// recover request. The controller pauses every host, waits until
+    /// nothing is in flight, swaps the switches' tables and resumes, so no
+    /// packet ever meets the old tables at one switch and the new ones at
+    /// the next (docs/chaos.md, "Quiesced reconfiguration"). Generation
+    /// goes on meanwhile: messages wait in the source queue.
+    pub fn set_injection_paused(&mut self, now: u64, paused: bool) {
+        self.tick(now);
+        self.injection_paused = paused;
+        if !paused {
+            self.inject(now);
+        }
+    }
+
+    pub fn is_injection_paused(&self) -> bool {
+        self.injection_paused
+    }
+
+    /// Flits of this host still in the network or on their way into it:
+    /// queued on the link, unsent flits of packets being injected, and
+    /// those whose credits are not back (in the switch's buffer or on the
+    /// wire). 0 once everything sent has left the switch it entered, and
+    /// nothing is half-sent. A packet whose link is down cannot finish and
+    /// is not counted (its flits are gone with the link).
+    pub fn in_flight_flits(&self) -> u64 {
+        if !self.link.is_up() {
+            return 0;
+        }
+        let lanes: u64 = self
+            .lanes
+            .iter()
+            .flatten()
+            .map(|p| p.len.saturating_sub(p.emitted).max(1) as u64)
+            .sum();
+        lanes + self.link.queued() as u64 + self.link.credits_missing()
     }
 
     /// A datagram from the switch (copied once).
@@ -534,6 +578,9 @@ impl HostEndpoint {
                     continue;
                 }
                 if self.lanes[lane].is_none() {
+                    if self.injection_paused {
+                        continue;
+                    }
                     // Control packets first, then resends, then new packets.
                     if let Some(mut rrq) = self.control_out.pop_front() {
                         rrq.vc = vc;

@@ -1402,6 +1402,26 @@ impl Switch {
         tail
     }
 
+    /// Flits this switch holds or has sent on without their credits back:
+    /// buffered in input VCs (including the local one), queued on a link,
+    /// received and not yet taken, downstream (credits missing) — for live
+    /// links —, and recover requests waiting for the local input. 0 in a
+    /// drained fabric; the controller waits for 0 everywhere before it
+    /// swaps tables under quiesced reconfiguration (docs/chaos.md).
+    /// Parked RRQs are not counted: they wait for new tables or a port,
+    /// outside the network.
+    pub fn in_flight_flits(&self) -> u64 {
+        let buffered: usize = self.inputs.iter().map(|i| i.len()).sum();
+        let links: u64 = self
+            .ports
+            .iter()
+            // A dead link's queue never drains; what it held is lost.
+            .filter(|p| p.link.is_up())
+            .map(|p| p.link.queued() as u64 + p.link.pending_rx() as u64 + p.link.credits_missing())
+            .sum();
+        buffered as u64 + links + (self.rrq_pending.len() + self.ctrl_pending.len()) as u64
+    }
+
     /// Flits buffered in input VC `vc` of `port` (for tests and metrics).
     pub fn input_occupancy(&self, port: PortNo, vc: u8) -> Option<usize> {
         let (p, v) = (port as usize, vc as usize);
