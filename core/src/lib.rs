@@ -12,3 +12,6 @@ pub mod sim;
 pub mod switch;
 pub mod topology;
 pub mod wire;
+
+#[cfg(test)]
+mod sim_reconfig_tests;

@@ -254,6 +254,16 @@ impl<S: SimNode> Fabric<S> {
         }
     }
 
+    /// Lets every node send what it has at the current time and re-arms its
+    /// wake-up: for a test that acted on nodes directly between runs (new
+    /// tables, injection resumed), whose effects would otherwise wait for
+    /// the node's next event.
+    pub fn wake_all(&mut self) {
+        for i in 0..self.wake_at.len() {
+            self.flush(i);
+        }
+    }
+
     /// Processes events up to time `until` (inclusive).
     pub fn run_until(&mut self, until: u64) {
         while let Some(t) = self.sched.peek_time() {

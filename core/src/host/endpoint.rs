@@ -432,11 +432,13 @@ impl HostEndpoint {
     }
 
     /// Flits of this host still in the network or on their way into it:
-    /// queued on the link, unsent flits of packets being injected, and
-    /// those whose credits are not back (in the switch's buffer or on the
-    /// wire). 0 once everything sent has left the switch it entered, and
-    /// nothing is half-sent. A packet whose link is down cannot finish and
-    /// is not counted (its flits are gone with the link).
+    /// flits of packets being injected not yet handed to the link, and
+    /// those whose credits are not back (queued on the link, on the wire
+    /// or in the switch's buffer; a queued flit has taken its credit, so
+    /// [`Link::credits_missing`] counts it). Each flit counts once. 0 once
+    /// everything sent has left the switch it entered, and nothing is
+    /// half-sent. A packet whose link is down cannot finish and is not
+    /// counted (its flits are gone with the link).
     pub fn in_flight_flits(&self) -> u64 {
         if !self.link.is_up() {
             return 0;
@@ -445,9 +447,10 @@ impl HostEndpoint {
             .lanes
             .iter()
             .flatten()
-            .map(|p| p.len.saturating_sub(p.emitted).max(1) as u64)
+            // A stopped packet has at most its non-final tail left.
+            .map(|p| if p.abort { 1 } else { p.len.saturating_sub(p.emitted).max(1) } as u64)
             .sum();
-        lanes + self.link.queued() as u64 + self.link.credits_missing()
+        lanes + self.link.credits_missing()
     }
 
     /// A datagram from the switch (copied once).
@@ -759,6 +762,7 @@ impl HostEndpoint {
 
 #[cfg(test)]
 mod tests {
+    use super::super::message::split_message_id;
     use super::super::source::{ArrivalProcess, MessageLength, OfferedLoad};
     use super::super::traffic::TrafficPattern;
     use super::*;
@@ -969,6 +973,225 @@ mod tests {
             check_clean(ep, true);
             assert_eq!(ep.report().sink.delivered_messages, 7);
         }
+    }
+
+    /// Two hosts cabled back to back, stepped by hand (datagrams take
+    /// `wire_ns` to cross), so that a test can act between steps.
+    struct Pair {
+        eps: [HostEndpoint; 2],
+        wire: VecDeque<(u64, usize, Vec<u8>)>,
+        wire_ns: u64,
+        now: u64,
+        buf: Vec<u8>,
+    }
+
+    impl Pair {
+        fn new(a: HostConfig, b: HostConfig, wire_ns: u64) -> Self {
+            let mut eps = [HostEndpoint::new(a).unwrap(), HostEndpoint::new(b).unwrap()];
+            for ep in &mut eps {
+                ep.start(0);
+            }
+            Pair {
+                eps,
+                wire: VecDeque::new(),
+                wire_ns,
+                now: 0,
+                buf: Vec::new(),
+            }
+        }
+
+        /// Sends what is due, then moves to the next event if it is no
+        /// later than `limit` and handles it; false if it is later.
+        fn step(&mut self, limit: u64) -> bool {
+            for (i, ep) in self.eps.iter_mut().enumerate() {
+                while ep.poll_transmit(self.now, &mut self.buf) {
+                    self.wire
+                        .push_back((self.now + self.wire_ns, 1 - i, self.buf.clone()));
+                }
+            }
+            let next = self
+                .eps
+                .iter()
+                .filter_map(|e| e.poll_timeout())
+                .chain(self.wire.front().map(|x| x.0))
+                .min();
+            let Some(next) = next.filter(|&t| t <= limit) else {
+                return false;
+            };
+            self.now = self.now.max(next);
+            while self.wire.front().is_some_and(|x| x.0 <= self.now) {
+                let (_, to, data) = self.wire.pop_front().unwrap();
+                self.eps[to].handle_datagram(self.now, &data);
+            }
+            for ep in &mut self.eps {
+                if ep.poll_timeout().is_some_and(|t| t <= self.now) {
+                    ep.handle_timeout(self.now);
+                }
+            }
+            true
+        }
+
+        fn run_until(&mut self, t: u64) {
+            while self.step(t) {}
+            self.now = self.now.max(t);
+        }
+
+        /// Steps until `cond` holds; panics if it does not by `limit`.
+        fn run_until_cond(&mut self, limit: u64, cond: impl Fn(&Pair) -> bool) {
+            while !cond(self) {
+                assert!(self.step(limit), "condition not met by {limit} ns");
+            }
+        }
+
+        fn in_flight(&self) -> u64 {
+            self.eps.iter().map(HostEndpoint::in_flight_flits).sum()
+        }
+    }
+
+    /// Host 0 sends `msgs` messages of one 16-flit packet each to host 1
+    /// (4-flit buffers: a packet takes several credit round trips), host 1
+    /// sends nothing.
+    fn one_way(msgs: u64, injection: InjectionVc, vcs: u8) -> (HostConfig, HostConfig) {
+        let p = TrafficPattern::Uniform;
+        let mut a = cfg(0, p.clone(), vcs, injection);
+        a.source.length = MessageLength::Fixed { flits: 16 };
+        a.source.max_packet_flits = 16;
+        a.source.max_messages = Some(msgs);
+        let mut b = cfg(1, p, vcs, injection);
+        b.source.max_messages = Some(0);
+        (a, b)
+    }
+
+    /// A packet partly sent when injection is paused: it finishes, and
+    /// nothing else leaves while generation goes on into the source queue;
+    /// after the resume the queued messages go out, in order.
+    #[test]
+    fn paused_injection_finishes_the_started_packet_and_starts_no_new_one() {
+        let (a, b) = one_way(20, InjectionVc::default(), 1);
+        let mut pair = Pair::new(a, b, 1_000);
+        // The first packet is on its way: some flits out, not all.
+        pair.run_until_cond(10_000_000, |p| {
+            p.eps[0].source().stats().packets_started == 1
+                && p.eps[0].link().stats().tx_flits[0] >= 2
+        });
+        let stats = pair.eps[0].source().stats().clone();
+        assert_eq!(stats.packets_sent, 0, "{stats:?}");
+        assert!(pair.eps[0].in_flight_flits() > 0);
+        let now = pair.now;
+        pair.eps[0].set_injection_paused(now, true);
+        assert!(pair.eps[0].is_injection_paused());
+        // Long enough for every message to be generated (4 Mflit/s: one
+        // 16-flit message per 4 µs on average) and many packets to go out.
+        pair.run_until(now + 2_000_000);
+        let r = pair.eps[0].report();
+        assert_eq!(r.source.packets_started, 1, "{:?}", r.source);
+        assert_eq!(r.source.packets_sent, 1, "the started packet finished");
+        assert_eq!(r.source.generated_messages, 20, "generation went on");
+        assert_eq!(r.source.not_generated_queue_full, 0);
+        assert_eq!(r.source_queue, 19, "the rest waits in the source queue");
+        assert_eq!(pair.eps[0].link().stats().tx_flits[0], 16);
+        assert!(!pair.eps[0].is_drained());
+        assert_eq!(pair.eps[1].report().sink.delivered_messages, 1);
+        assert_eq!(pair.in_flight(), 0, "paused and drained: nothing in flight");
+        // Pausing again changes nothing; resuming sends the rest.
+        pair.eps[0].set_injection_paused(pair.now, true);
+        let now = pair.now;
+        pair.eps[0].set_injection_paused(now, false);
+        assert!(!pair.eps[0].is_injection_paused());
+        // The resume starts the next packet at once: its first flits are
+        // queued on the link (credits taken), the rest in the lane; each
+        // flit counts once.
+        assert!(pair.eps[0].link().queued() > 0);
+        assert_eq!(pair.eps[0].in_flight_flits(), 16);
+        pair.run_until_cond(now + 10_000_000, |p| {
+            p.eps[0].is_drained() && p.in_flight() == 0
+        });
+        let [a, b] = &pair.eps;
+        check_clean(b, true);
+        assert_eq!(a.report().source.packets_sent, 20);
+        assert_eq!(b.report().sink.delivered_messages, 20);
+        let seqs: Vec<u64> = b
+            .delivery_trace()
+            .iter()
+            .map(|d| split_message_id(d.msg).1 as u64)
+            .collect();
+        assert_eq!(seqs, (0..20).collect::<Vec<_>>(), "in order, once each");
+    }
+
+    /// With one lane per VC, every packet partly sent at the pause
+    /// finishes (each on its own VC), and none starts on an idle lane.
+    #[test]
+    fn paused_round_robin_injection_finishes_every_open_lane() {
+        let (a, b) = one_way(12, InjectionVc::RoundRobin, 2);
+        let mut pair = Pair::new(a, b, 1_000);
+        // Both lanes carry a packet partly sent.
+        pair.run_until_cond(10_000_000, |p| {
+            p.eps[0]
+                .lanes
+                .iter()
+                .all(|l| l.as_ref().is_some_and(|p| p.emitted > 0 && !p.is_done()))
+        });
+        let now = pair.now;
+        let started = pair.eps[0].source().stats().packets_started;
+        pair.eps[0].set_injection_paused(now, true);
+        pair.run_until(now + 2_000_000);
+        let r = pair.eps[0].report();
+        assert_eq!(r.source.packets_started, started, "{:?}", r.source);
+        assert_eq!(r.source.packets_sent, started);
+        assert!(pair.eps[0].lanes.iter().all(Option::is_none));
+        assert_eq!(pair.eps[1].report().sink.delivered_messages, started);
+        assert_eq!(pair.in_flight(), 0);
+        pair.eps[0].set_injection_paused(pair.now, false);
+        let now = pair.now;
+        pair.run_until_cond(now + 10_000_000, |p| {
+            p.eps[0].is_drained() && p.in_flight() == 0
+        });
+        check_clean(&pair.eps[1], false);
+        assert_eq!(pair.eps[1].report().sink.delivered_messages, 12);
+    }
+
+    /// `in_flight_flits`: 0 when idle, the flits not yet sent plus those
+    /// whose credits are not back while a packet goes out, 0 again once
+    /// everything is delivered; a dead link's flits are not counted.
+    #[test]
+    fn in_flight_flits_counts_what_has_not_left_the_network() {
+        let (a, b) = one_way(3, InjectionVc::default(), 1);
+        let mut pair = Pair::new(a, b, 1_000);
+        assert_eq!(pair.in_flight(), 0, "nothing generated yet");
+        pair.run_until_cond(10_000_000, |p| {
+            p.eps[0].link().is_up() && p.eps[1].link().is_up()
+        });
+        assert_eq!(pair.in_flight(), 0, "links up, idle");
+        pair.run_until_cond(10_000_000, |p| {
+            p.eps[0].source().stats().packets_started == 1
+                && p.eps[0].link().stats().tx_flits[0] >= 2
+        });
+        // Every flit of the packet is either unsent (in the lane or queued
+        // on the link, credit taken) or sent and not yet freed by host 1:
+        // at most the packet, at least the flits not yet taken from the lane.
+        let ep = &pair.eps[0];
+        let sent = ep.link().stats().tx_flits[0];
+        let freed = pair.eps[1].report().sink.received_flits;
+        let n = ep.in_flight_flits();
+        assert!((16 - sent..=16).contains(&n), "{n} ({sent} sent)");
+        assert!(n >= 16 - freed, "{n} ({freed} received by host 1)");
+        assert_eq!(pair.eps[1].in_flight_flits(), 0, "the receiver owes none");
+        pair.run_until_cond(10_000_000, |p| p.eps[0].is_drained() && p.in_flight() == 0);
+        assert_eq!(pair.eps[1].report().sink.delivered_messages, 3);
+        // Idle for a while: still 0 (keepalives carry no flits).
+        let t = pair.now + 3_000_000;
+        pair.run_until(t);
+        assert_eq!(pair.in_flight(), 0);
+
+        // A packet cut by its link going down: what it still has to send
+        // and what the link holds will never move, and are not counted.
+        let (a, b) = one_way(1, InjectionVc::default(), 1);
+        let mut pair = Pair::new(a, b, 1_000);
+        pair.run_until_cond(10_000_000, |p| p.eps[0].link().stats().tx_flits[0] >= 2);
+        assert!(pair.eps[0].in_flight_flits() > 0);
+        pair.eps[0].link_mut().set_admin_up(false);
+        assert!(!pair.eps[0].is_drained(), "the packet is cut, not finished");
+        assert_eq!(pair.eps[0].in_flight_flits(), 0);
     }
 
     #[test]

@@ -1403,23 +1403,36 @@ impl Switch {
     }
 
     /// Flits this switch holds or has sent on without their credits back:
-    /// buffered in input VCs (including the local one), queued on a link,
-    /// received and not yet taken, downstream (credits missing) — for live
-    /// links —, and recover requests waiting for the local input. 0 in a
-    /// drained fabric; the controller waits for 0 everywhere before it
-    /// swaps tables under quiesced reconfiguration (docs/chaos.md).
-    /// Parked RRQs are not counted: they wait for new tables or a port,
-    /// outside the network.
+    /// buffered in input VCs (including the local one), received and not
+    /// yet taken, sent on without their credits back (queued on a link —
+    /// a queued flit has taken its credit —, on the wire or downstream) —
+    /// for live links —, and recover requests waiting for the local input.
+    /// Each flit counts once here (one in the next switch's buffer is
+    /// counted there too). 0 in a drained fabric; the controller waits for
+    /// 0 everywhere before it swaps tables under quiesced reconfiguration
+    /// (docs/chaos.md). Parked RRQs are not counted: they wait for new
+    /// tables or a port, outside the network.
     pub fn in_flight_flits(&self) -> u64 {
         let buffered: usize = self.inputs.iter().map(|i| i.len()).sum();
         let links: u64 = self
             .ports
             .iter()
-            // A dead link's queue never drains; what it held is lost.
+            // What a dead link held will never move: it is lost.
             .filter(|p| p.link.is_up())
-            .map(|p| p.link.queued() as u64 + p.link.pending_rx() as u64 + p.link.credits_missing())
+            .map(|p| p.link.pending_rx() as u64 + p.link.credits_missing())
             .sum();
         buffered as u64 + links + (self.rrq_pending.len() + self.ctrl_pending.len()) as u64
+    }
+
+    /// Per input VC (`port * vcs + vc`, the local input last): the state
+    /// of the packet at its front, and its front flit (for tests that
+    /// explain a wedged fabric).
+    #[cfg(test)]
+    pub(crate) fn input_states(&self) -> Vec<(InState, Option<&Flit>)> {
+        self.inputs
+            .iter()
+            .map(|i| (i.state, i.buf.front()))
+            .collect()
     }
 
     /// Flits buffered in input VC `vc` of `port` (for tests and metrics).

@@ -341,6 +341,71 @@ fn backpressure_holds_without_drops_then_drains() {
     }
 }
 
+fn in_flight(net: &Net) -> Vec<u64> {
+    net.switches.iter().map(Switch::in_flight_flits).collect()
+}
+
+/// `in_flight_flits`: 0 on an idle fabric; while traffic is blocked, each
+/// switch counts its buffered flits and those it sent on whose credits are
+/// not back, each once; 0 again once the fabric has drained.
+#[test]
+fn in_flight_flits_counts_buffered_and_unacknowledged_flits() {
+    let mut net = chain(2, 1, Switching::Wormhole);
+    net.run_for(3_000_000);
+    assert!(net.switches.iter().all(|s| s.link(1).unwrap().is_up()));
+    assert_eq!(in_flight(&net), [0, 0], "links up, no traffic");
+    // Host 1 consumes nothing: every buffer on the way fills up (the
+    // blocked traffic of `backpressure`).
+    let mut net = backpressure(Switching::Wormhole);
+    for s in &net.switches {
+        // 8 flits in the input buffer, 8 sent on and not freed downstream.
+        assert_eq!(s.link(1).unwrap().credits_missing(), 8);
+        assert_eq!(s.in_flight_flits(), 16);
+    }
+    net.hosts[1].consume = true;
+    net.run_for(30_000_000);
+    assert_in_order(&net.hosts[1].received, 30, 4);
+    assert_eq!(in_flight(&net), [0, 0], "drained");
+    // A flit queued on a link has taken its credit: counted once. Host 0
+    // sends one 4-flit packet; switch 0 takes it in and forwards it onto
+    // port 1's link, where it waits for `poll_transmit`.
+    let now = net.now;
+    for f in packet(0, 1, 100, 4, 0) {
+        net.hosts[0].link.send(f).unwrap();
+    }
+    let mut buf = Vec::new();
+    assert!(net.hosts[0].link.poll_transmit(now, &mut buf));
+    net.switches[0].handle_datagram_slice(now, 0, &buf).unwrap();
+    net.switches[0].handle_timeout(now + link_cfg().propagation_ns);
+    assert_eq!(net.switches[0].link(1).unwrap().queued(), 4);
+    assert_eq!(net.switches[0].in_flight_flits(), 4);
+    net.now = now + link_cfg().propagation_ns;
+    net.run_for(10_000_000);
+    assert_eq!(in_flight(&net), [0, 0]);
+    assert_eq!(net.hosts[1].received.len(), 30 * 4 + 4);
+}
+
+/// The flits a dead link held (unacknowledged by its peer) are not
+/// counted: they will never move. The packets routed to the dead port
+/// are dropped, and the fabric drains to 0 though host 1 never consumed.
+#[test]
+fn in_flight_flits_leaves_out_a_dead_links_flits() {
+    let mut net = backpressure(Switching::Wormhole);
+    assert_eq!(in_flight(&net), [16, 16]);
+    net.switches[1].set_port_admin(1, false).unwrap();
+    // Switch 1's buffered flits were bound for the dead port (dropped at
+    // once) and the 8 in host 1's buffer are gone with the link.
+    assert_eq!(net.switches[1].link(1).unwrap().credits_missing(), 0);
+    assert_eq!(net.switches[1].in_flight_flits(), 0);
+    assert_eq!(net.switches[0].in_flight_flits(), 16, "not its business");
+    net.run_for(10_000_000);
+    assert_eq!(in_flight(&net), [0, 0]);
+    assert!(net.hosts[0].to_send.is_empty());
+    // Everything host 0 sent is either in host 1's buffer or dropped.
+    let dropped = net.switches[1].counters().drops.port_down;
+    assert_eq!(dropped + 8, 30 * 4);
+}
+
 #[test]
 fn fairness_between_two_inputs_for_one_output() {
     // host0 on port 0 and host1 on port 1 both send to host2 on port 2.
