@@ -85,6 +85,16 @@ pub struct LinkConfig {
     /// those a real link would have sent by then. 0 = no catch-up (the
     /// deterministic tests).
     pub catch_up_ns: u64,
+    /// Count the real time a datagram spent between the two ends towards
+    /// `propagation_ns`, so that an emulated wire of 1 µs on a loopback
+    /// path of 10 µs adds nothing rather than 1 µs and a timer wake-up per
+    /// hop: the emulated delay is max(real transit, `propagation_ns`).
+    /// Each datagram then carries the sender's clock (a 12-byte sent-at
+    /// extension, only while `propagation_ns` > 0), so both ends must read
+    /// one clock (CLOCK_MONOTONIC on one machine, as message latencies
+    /// already assume). A stamp in the future or over a second old is
+    /// taken for another machine's clock and ignored (full delay).
+    pub count_transit: bool,
 }
 
 impl Default for LinkConfig {
@@ -101,9 +111,14 @@ impl Default for LinkConfig {
             pacing_quantum_ns: 0,
             retrain_ns: DEFAULT_RETRAIN_NS,
             catch_up_ns: 0,
+            count_transit: false,
         }
     }
 }
+
+/// A sent-at stamp older than this is taken for another machine's clock
+/// ([`LinkConfig::count_transit`]).
+const MAX_TRUSTED_TRANSIT_NS: u64 = 1_000_000_000;
 
 /// Default [`LinkConfig::retrain_ns`]: 10 ms, a few keepalive round trips
 /// on loopback and the order of an InfiniBand link retrain.
@@ -132,7 +147,12 @@ impl LinkConfig {
     /// Bytes a datagram must keep free for a full sync record (credits for
     /// every VC, the sync item and a keepalive).
     pub fn control_reserve(&self) -> usize {
-        self.vcs as usize * CREDIT_ITEM_LEN + wire::sync_len(self.vcs) + KEEPALIVE_ITEM_LEN
+        let stamp = if self.count_transit && self.propagation_ns > 0 {
+            wire::SENT_AT_ITEM_LEN
+        } else {
+            0
+        };
+        self.vcs as usize * CREDIT_ITEM_LEN + wire::sync_len(self.vcs) + KEEPALIVE_ITEM_LEN + stamp
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -838,11 +858,34 @@ impl Link {
         if has_sync && (h.seq.wrapping_sub(self.rx_seq.floor) as i32) > 0 {
             self.rx_seq.floor = h.seq;
         }
-        let due = now.saturating_add(self.cfg.propagation_ns);
+        let due = self.propagation_due(now, &frame.items);
         for item in frame.items.drain(..) {
             self.in_flight.push_back((due, item));
         }
         Ok(())
+    }
+
+    /// When items received at `now` become visible: after the propagation
+    /// delay, less the transit time the sender's stamp shows when
+    /// [`LinkConfig::count_transit`] is on (never before `now`, never later
+    /// than without the stamp).
+    fn propagation_due(&self, now: u64, items: &[Item]) -> u64 {
+        let full = now.saturating_add(self.cfg.propagation_ns);
+        if !self.cfg.count_transit || self.cfg.propagation_ns == 0 {
+            return full;
+        }
+        let sent = items.iter().find_map(|i| match i {
+            Item::Extension { code, body } if *code == wire::EXT_SENT_AT => {
+                wire::decode_sent_at(body)
+            }
+            _ => None,
+        });
+        match sent {
+            Some(at) if at <= now && now - at <= MAX_TRUSTED_TRANSIT_NS => {
+                at.saturating_add(self.cfg.propagation_ns).max(now)
+            }
+            _ => full,
+        }
     }
 
     /// The peer is a new incarnation `epoch`: restart every counter against
@@ -1152,6 +1195,9 @@ impl Link {
             return false;
         }
         let mut w = FrameWriter::new(out, self.next_header());
+        if self.cfg.count_transit && self.cfg.propagation_ns > 0 {
+            w.push_extension(wire::EXT_SENT_AT, &now.to_le_bytes());
+        }
         // Owed credits first (all VCs in a sync record), then flits, then
         // the sync record last so its counters include this datagram's flits.
         let mut credit_items = 0;
@@ -1644,6 +1690,83 @@ mod tests {
         assert_eq!(b.poll_timeout().map(|d| d <= t + 5_000), Some(true));
         b.handle_timeout(t + 5_000);
         assert_eq!(b.poll_received().map(|f| f.seq), Some(0));
+    }
+
+    /// With `count_transit`, the time a datagram spent between the ends
+    /// (sender's stamp to the receiver's `now`) is part of the emulated
+    /// propagation delay, never more than all of it; implausible stamps
+    /// (the future, over a second old: another machine's clock) get the
+    /// full delay; without it no stamp is sent at all.
+    #[test]
+    fn transit_time_counts_towards_the_propagation_delay() {
+        let c = LinkConfig {
+            propagation_ns: 5_000,
+            count_transit: true,
+            ..cfg()
+        };
+        let connected_at = |c: &LinkConfig| {
+            let mut a = Link::with_epoch(c.clone(), 1).unwrap();
+            let mut b = Link::with_epoch(c.clone(), 2).unwrap();
+            let mut t = 0;
+            while !(a.is_peer_alive() && b.is_peer_alive() && a.data_ok()) {
+                exchange(t, &mut a, &mut b, &mut pass);
+                t += 10_000;
+            }
+            // Let every delayed keepalive and credit land.
+            t += 1_000_000;
+            a.handle_timeout(t);
+            b.handle_timeout(t);
+            (a, b, t)
+        };
+        // (sent at, received at) -> visible at
+        let cases = [
+            // 3 us on the way: 2 us of emulated wire left.
+            (0u64, 3_000u64, Some(5_000u64)),
+            // Longer on the way than the wire: visible at once.
+            (0, 7_000, Some(7_000)),
+            // A stamp from the future: full delay after arrival.
+            (9_000, 1_000, Some(6_000)),
+        ];
+        for (sent, received, visible) in cases {
+            let (mut a, mut b, t) = connected_at(&c);
+            a.send(flit(0, 0)).unwrap();
+            let mut buf = Vec::new();
+            assert!(a.poll_transmit(t + sent, &mut buf));
+            b.handle_datagram_slice(t + received, &buf).unwrap();
+            let at = visible.unwrap();
+            if at > received {
+                assert!(b.poll_received().is_none(), "{sent}/{received}: early");
+                b.handle_timeout(t + at - 1);
+                assert!(b.poll_received().is_none(), "{sent}/{received}: early");
+                assert_eq!(b.poll_timeout().map(|d| d <= t + at), Some(true));
+                b.handle_timeout(t + at);
+            }
+            assert_eq!(
+                b.poll_received().map(|f| f.seq),
+                Some(0),
+                "{sent}/{received}: not visible at {at}"
+            );
+        }
+        // Over a second old: another clock, full delay.
+        let (mut a, mut b, t) = connected_at(&c);
+        a.send(flit(0, 0)).unwrap();
+        let mut buf = Vec::new();
+        assert!(a.poll_transmit(t, &mut buf));
+        let late = t + 2_000_000_000;
+        b.handle_datagram_slice(late, &buf).unwrap();
+        b.handle_timeout(late + 4_999);
+        assert!(b.poll_received().is_none());
+        b.handle_timeout(late + 5_000);
+        assert_eq!(b.poll_received().map(|f| f.seq), Some(0));
+        // The stamp costs 12 bytes, and only when asked for.
+        let (mut a, _, t) = connected_at(&LinkConfig {
+            count_transit: false,
+            ..c.clone()
+        });
+        a.send(flit(0, 0)).unwrap();
+        let mut plain = Vec::new();
+        assert!(a.poll_transmit(t, &mut plain));
+        assert_eq!(buf.len(), plain.len() + wire::SENT_AT_ITEM_LEN);
     }
 
     #[test]

@@ -75,6 +75,22 @@ pub fn decode_link_reset(body: &[u8]) -> Option<(u16, u8)> {
     }
 }
 
+/// Extension code of a **sent-at** stamp (docs/wire.md, "Propagation
+/// delay"): the sender's monotonic clock, in ns, when it wrote the
+/// datagram (u64 LE; longer bodies accepted, shorter ones ignored). A
+/// receiver whose link counts transit time ([`crate::link::LinkConfig::count_transit`])
+/// subtracts the time the datagram already spent between the daemons from
+/// the emulated propagation delay.
+pub const EXT_SENT_AT: u8 = 0x02;
+/// Bytes of a sent-at extension item (tag, code, length, body).
+pub const SENT_AT_ITEM_LEN: usize = 4 + 8;
+
+/// The sent-at stamp of an extension body; `None` if too short.
+pub fn decode_sent_at(body: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = body.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
 /// Datagram header fields other than the item count and CRC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Header {

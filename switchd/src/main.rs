@@ -75,6 +75,9 @@ fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
             buffer_depth: f.buffer_depth,
             bandwidth_flits_per_s: f.bandwidth_flits_per_s,
             propagation_ns: f.propagation_ns,
+            // Daemons share the machine's monotonic clock (docs/wire.md,
+            // "Propagation delay").
+            count_transit: true,
             keepalive_interval_ns: f.keepalive_interval_ns,
             dead_after_ns: f.dead_after_ns,
             mtu: f.mtu,
