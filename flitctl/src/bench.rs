@@ -24,22 +24,16 @@
 //! Timer lateness (the emulation's dilation) comes from the daemons' event
 //! loops, which add it to their `Report` answers.
 
+use crate::bench_baseline::{baseline, baseline_ethernet, baseline_processes};
 use crate::fabric::{Fabric, LaunchOptions};
-use crate::netns::{interface_mac, interface_name, EthernetNet};
 use crate::report::{self, RunReport};
 use crate::up::{compute_routes, parse_duration};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use flitnet_core::control::PortPeer;
 use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode, TrafficSpec};
 use flitnet_core::topology::{generators, FaultSet, NodeRef, Topology};
-use flitnet_runtime::clock::now_ns;
-use flitnet_runtime::ethernet::EthernetTransport;
-use flitnet_runtime::transport::{Transport, UdpTransport, RECV_SLOTS};
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug, Clone)]
@@ -94,6 +88,7 @@ pub fn run_datapath(args: DatapathArgs) -> Result<()> {
         bin_dir,
         run_dir,
         window: args.window,
+        flitctl: std::env::current_exe().context("finding flitctl")?,
     };
     println!("load average before: {}", loadavg());
     let want = |s: &str| args.only.iter().any(|o| o == s);
@@ -141,6 +136,8 @@ struct Bench {
     bin_dir: PathBuf,
     run_dir: PathBuf,
     window: Duration,
+    /// This `flitctl`, which plays the process baseline's roles.
+    flitctl: PathBuf,
 }
 
 /// One measurement window of the 2-host, 1-switch fabric.
@@ -166,6 +163,8 @@ struct Forwarding {
     switch_datagrams_per_s: f64,
     mean_datagram_bytes: f64,
     baseline_datagrams_per_s: f64,
+    /// The same forwarder with a process per role (the measured path's shape).
+    process_baseline_datagrams_per_s: f64,
     /// CPU time (user + system) switchd's event loop spent per flit forwarded.
     switch_cpu_ns_per_flit: f64,
     /// CPU time the forwarder thread spent per datagram forwarded.
@@ -184,6 +183,8 @@ impl Forwarding {
             "mean_datagram_bytes": self.mean_datagram_bytes,
             "baseline_datagrams_per_s": self.baseline_datagrams_per_s,
             "flits_vs_baseline": self.switch_flits_per_s / self.baseline_datagrams_per_s.max(1.0),
+            "process_baseline_datagrams_per_s": self.process_baseline_datagrams_per_s,
+            "flits_vs_process_baseline": self.switch_flits_per_s / self.process_baseline_datagrams_per_s.max(1.0),
             "datagrams_vs_baseline": self.switch_datagrams_per_s / self.baseline_datagrams_per_s.max(1.0),
             "switch_cpu_ns_per_flit": self.switch_cpu_ns_per_flit,
             "baseline_cpu_ns_per_datagram": self.baseline_cpu_ns_per_datagram,
@@ -386,12 +387,14 @@ impl Bench {
         );
         let datagram = (bytes.round() as usize).clamp(32, 1400);
         let base = baseline(datagram, None, self.window)?;
+        let procs = baseline_processes(&self.flitctl, datagram, None, self.window)?;
         let f = Forwarding {
             paced_flits_per_s,
             switch_flits_per_s: flits,
             switch_datagrams_per_s: dgrams,
             mean_datagram_bytes: bytes,
             baseline_datagrams_per_s: base.datagrams_per_s,
+            process_baseline_datagrams_per_s: procs.datagrams_per_s,
             switch_cpu_ns_per_flit: run.cpu_ns_per_flit,
             baseline_cpu_ns_per_datagram: base.cpu_ns_per_datagram,
             lateness: sw["timer_lateness"].clone(),
@@ -412,6 +415,11 @@ impl Bench {
             "  ratio:    switchd flits/s = {:.2} x baseline datagrams/s; switchd datagrams/s = {:.2} x baseline",
             flits / base.datagrams_per_s.max(1.0),
             dgrams / base.datagrams_per_s.max(1.0)
+        );
+        println!(
+            "  process baseline (one process per role, as hostd -> switchd -> hostd): {:.0} datagrams/s; switchd flits/s = {:.2} x",
+            procs.datagrams_per_s,
+            flits / procs.datagrams_per_s.max(1.0)
         );
         // Throughput ratios on a shared machine measure the scheduler as
         // much as the code (the bench's three threads and the three daemons
@@ -496,11 +504,13 @@ impl Bench {
                 .fold(0.0, f64::max)
         };
         let (p50, p99) = (p("p50"), p("p99"));
-        let base = baseline(
-            sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize,
-            Some(dgrams.max(100.0)),
-            self.window,
-        )?;
+        let size = sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize;
+        let rate = Some(dgrams.max(100.0));
+        let base = baseline(size, rate, self.window)?;
+        // The same path as the switch's: sender, forwarder and receiver
+        // each a process, so each hop costs a process switch as it does
+        // between hostd, switchd and hostd.
+        let procs = baseline_processes(&self.flitctl, size, rate, self.window)?;
         if base.p50_ns == 0.0 {
             println!(
                 "  {:>3.0} % load: the baseline receiver got nothing (starved by other work); no ratio",
@@ -526,6 +536,12 @@ impl Bench {
             (p50 - ideal_ns) / base.p50_ns.max(1.0)
         );
         println!(
+            "        process baseline p50 {:.1} us p99 {:.1} us | p50 ratio {:.2}",
+            procs.p50_ns / 1e3,
+            procs.p99_ns / 1e3,
+            p50 / procs.p50_ns.max(1.0)
+        );
+        println!(
             "        switchd timer lateness: {}",
             lateness_text(&sw["timer_lateness"])
         );
@@ -536,6 +552,8 @@ impl Bench {
             "switch_p50_ns": p50, "switch_p99_ns": p99,
             "baseline_p50_ns": base.p50_ns, "baseline_p99_ns": base.p99_ns,
             "p50_ratio": p50 / base.p50_ns.max(1.0),
+            "process_baseline_p50_ns": procs.p50_ns, "process_baseline_p99_ns": procs.p99_ns,
+            "p50_ratio_vs_process_baseline": p50 / procs.p50_ns.max(1.0),
             "emulated_ideal_ns": ideal_ns,
             "switch_timer_lateness": sw["timer_lateness"],
         }))
@@ -829,268 +847,15 @@ fn pid_cpu_ns(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time of the calling thread, in ns.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: one valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// CPU time of every daemon of `fabric`, in ns (from /proc/PID/schedstat,
 /// which counts nanoseconds where /proc/PID/stat counts 10 ms ticks).
 fn cpu_ns(fabric: &Fabric) -> u64 {
     fabric.daemons.iter().map(|d| pid_cpu_ns(d.pid)).sum()
 }
 
-/// What the baseline forwarder did.
-struct BaselineResult {
-    datagrams_per_s: f64,
-    /// CPU time of the forwarder thread per datagram it forwarded.
-    cpu_ns_per_datagram: f64,
-    p50_ns: f64,
-    p99_ns: f64,
-}
-
-/// Bytes of a baseline datagram's header: sequence number and send time.
-const STAMP: usize = 16;
-
-/// Sender → forwarder → receiver on loopback, one thread each. With `rate`
-/// None the sender blasts and the result is the forwarder's ceiling; with a
-/// rate it paces and the receiver records one-way latency.
-fn baseline(datagram: usize, rate: Option<f64>, window: Duration) -> Result<BaselineResult> {
-    let datagram = datagram.max(STAMP);
-    let (sender, forwarder, receiver) = udp_trio(datagram)?;
-    forward(
-        Transport::Udp(sender),
-        Transport::Udp(forwarder),
-        Transport::Udp(receiver),
-        datagram,
-        rate,
-        window,
-    )
-}
-
-/// The bare forwarder over raw Ethernet: sender, forwarder and receiver
-/// each on their veth ends, in a namespace of their own (deleted after).
-fn baseline_ethernet(datagram: usize, window: Duration) -> Result<BaselineResult> {
-    let datagram = datagram.max(STAMP);
-    // Host 0 — switch (node 2) — host 1, as a 2-ary 1-tree is cabled.
-    let topo = generators::kary_ntree(2, 1)?;
-    let name = format!("flitnet-bench-{}", std::process::id());
-    let net = EthernetNet::create(&name, &topo, datagram + 2)?;
-    let eth = |port: u16, node: usize, peer: (usize, u16)| {
-        PortPeer::ethernet(
-            port,
-            &interface_name(node, port),
-            Some(interface_mac(peer.0, peer.1)),
-        )
-    };
-    let ns = Some(net.name());
-    let sender = EthernetTransport::open(&[eth(0, 0, (2, 0))], ns, datagram)?;
-    let forwarder = EthernetTransport::open(&[eth(0, 2, (0, 0)), eth(1, 2, (1, 0))], ns, datagram)?;
-    let receiver = EthernetTransport::open(&[eth(0, 1, (2, 1))], ns, datagram)?;
-    forward(
-        Transport::Ethernet(sender),
-        Transport::Ethernet(forwarder),
-        Transport::Ethernet(receiver),
-        datagram,
-        None,
-        window,
-    )
-}
-
-/// Sender, forwarder (port 0 from the sender, port 1 to the receiver) and
-/// receiver on loopback UDP.
-fn udp_trio(datagram: usize) -> Result<(UdpTransport, UdpTransport, UdpTransport)> {
-    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
-    let mut receiver = UdpTransport::bind(any, &[])?;
-    let mut sender = UdpTransport::bind(any, &[])?;
-    let r_addr = receiver.local_addr()?;
-    let s_addr = sender.local_addr()?;
-    let mut forwarder =
-        UdpTransport::bind(any, &[PortPeer::udp(0, s_addr), PortPeer::udp(1, r_addr)])?;
-    let f_addr = forwarder.local_addr()?;
-    let to_forwarder = PortPeer::udp(0, f_addr);
-    receiver.add_peer(&to_forwarder);
-    sender.add_peer(&to_forwarder);
-    for t in [&mut receiver, &mut sender, &mut forwarder] {
-        t.set_max_datagram(datagram);
-    }
-    Ok((sender, forwarder, receiver))
-}
-
-/// Blasts (or paces, with `rate`) datagrams from `sender` through
-/// `forwarder` to `receiver` for `window`, one thread each.
-fn forward(
-    mut sender: Transport,
-    mut forwarder: Transport,
-    mut receiver: Transport,
-    datagram: usize,
-    rate: Option<f64>,
-    window: Duration,
-) -> Result<BaselineResult> {
-    let stop = Arc::new(AtomicBool::new(false));
-
-    let fwd_stop = stop.clone();
-    let fwd = std::thread::spawn(move || {
-        let mut bufs: Vec<Vec<u8>> = (0..RECV_SLOTS)
-            .map(|_| Vec::with_capacity(datagram))
-            .collect();
-        let ports = [1; RECV_SLOTS];
-        let cpu0 = thread_cpu_ns();
-        let mut forwarded = 0u64;
-        while !fwd_stop.load(Ordering::Relaxed) {
-            wait_readable(forwarder.raw_fd(), 20);
-            let mut n = 0;
-            forwarder.recv_batch(RECV_SLOTS, |_, d| {
-                bufs[n].clear();
-                bufs[n].extend_from_slice(d);
-                n += 1;
-            });
-            // A full socket buffer drops the rest, as a real forwarder would.
-            forwarded += forwarder.send_batch(&ports[..n], &bufs[..n]) as u64;
-        }
-        (thread_cpu_ns().saturating_sub(cpu0), forwarded)
-    });
-
-    let rx_stop = stop.clone();
-    let capacity = rate
-        .map(|r| (r * window.as_secs_f64() * 1.5) as usize + 1024)
-        .unwrap_or(0);
-    let rx = std::thread::spawn(move || {
-        let mut count = 0u64;
-        let mut first = None;
-        let mut last = 0;
-        let mut lat = Vec::with_capacity(capacity);
-        while !rx_stop.load(Ordering::Relaxed) {
-            wait_readable(receiver.raw_fd(), 20);
-            receiver.recv_batch(256, |_, d| {
-                let now = now_ns();
-                first.get_or_insert(now);
-                last = now;
-                count += 1;
-                if lat.len() < lat.capacity() {
-                    let sent = u64::from_le_bytes(d[8..16].try_into().unwrap_or_default());
-                    lat.push(now.saturating_sub(sent));
-                }
-            });
-        }
-        (
-            count,
-            first.map(|f| last.saturating_sub(f)).unwrap_or(0),
-            lat,
-        )
-    });
-
-    let mut payload: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; datagram]).collect();
-    let ports = [0; 32];
-    let start = Instant::now();
-    let mut seq = 0u64;
-    while start.elapsed() < window {
-        let n = match rate {
-            None => 32,
-            Some(r) => {
-                let due = (start.elapsed().as_secs_f64() * r) as u64;
-                let n = (due.saturating_sub(seq) as usize).min(32);
-                if n == 0 {
-                    std::thread::sleep(Duration::from_micros(20));
-                    continue;
-                }
-                n
-            }
-        };
-        let now = now_ns();
-        for p in payload.iter_mut().take(n) {
-            p[..8].copy_from_slice(&seq.to_le_bytes());
-            p[8..16].copy_from_slice(&now.to_le_bytes());
-            seq += 1;
-        }
-        if sender.send_batch(&ports[..n], &payload[..n]) < n {
-            wait_sendable(&mut sender);
-        }
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    stop.store(true, Ordering::Relaxed);
-    let (fwd_cpu_ns, forwarded) = fwd
-        .join()
-        .map_err(|_| anyhow::anyhow!("forwarder panicked"))?;
-    let (count, span_ns, mut lat) = rx
-        .join()
-        .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
-    lat.sort_unstable();
-    let q = |f: f64| {
-        if lat.is_empty() {
-            0.0
-        } else {
-            lat[((lat.len() - 1) as f64 * f) as usize] as f64
-        }
-    };
-    Ok(BaselineResult {
-        datagrams_per_s: count as f64 / (span_ns.max(1) as f64 / 1e9),
-        cpu_ns_per_datagram: fwd_cpu_ns as f64 / forwarded.max(1) as f64,
-        p50_ns: q(0.5),
-        p99_ns: q(0.99),
-    })
-}
-
-fn poll_one(fd: i32, events: i16, timeout_ms: i32) {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, timeout_ms) };
-}
-
-fn wait_readable(fd: i32, timeout_ms: i32) {
-    poll_one(fd, libc::POLLIN, timeout_ms)
-}
-
-/// Waits (up to 5 ms) until `t` can send again after a full buffer.
-fn wait_sendable(t: &mut Transport) {
-    match t {
-        Transport::Udp(u) => poll_one(u.raw_fd(), libc::POLLOUT, 5),
-        // The Ethernet transport's descriptor is an epoll set, readable
-        // when its sending socket drains; `recv_batch` takes note of that.
-        Transport::Ethernet(e) => {
-            poll_one(e.raw_fd(), libc::POLLIN, 5);
-            e.recv_batch(0, |_, _| {});
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn baseline_forwards_and_times_datagrams() {
-        let blast = baseline(200, None, Duration::from_millis(200)).unwrap();
-        assert!(blast.datagrams_per_s > 100.0, "{}", blast.datagrams_per_s);
-        assert!(blast.cpu_ns_per_datagram > 0.0);
-        let paced = baseline(200, Some(2_000.0), Duration::from_millis(300)).unwrap();
-        assert!(paced.datagrams_per_s > 200.0, "{}", paced.datagrams_per_s);
-        assert!(paced.p50_ns > 0.0 && paced.p99_ns >= paced.p50_ns);
-    }
-
-    #[test]
-    fn the_ethernet_baseline_forwards_over_veth_pairs() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-            eprintln!("skipped: the ethernet transport needs root");
-            return;
-        }
-        let blast = baseline_ethernet(200, Duration::from_millis(200)).unwrap();
-        assert!(blast.datagrams_per_s > 100.0, "{}", blast.datagrams_per_s);
-        let ns = format!("flitnet-bench-{}", std::process::id());
-        assert!(!EthernetNet::exists(&ns), "namespace {ns} left behind");
-    }
 
     #[test]
     fn resident_memory_of_this_process_is_read() {

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod analyze_faults;
 pub mod bench;
+pub mod bench_baseline;
 pub mod bench_routes;
 pub mod chaos;
 pub mod compose;

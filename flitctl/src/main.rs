@@ -3,7 +3,8 @@
 
 use clap::{ArgAction, Parser, Subcommand};
 use flitctl::{
-    analyze, analyze_faults, bench, bench_routes, chaos, compose, reproduce, route, run, topo, up,
+    analyze, analyze_faults, bench, bench_baseline, bench_routes, chaos, compose, reproduce, route,
+    run, topo, up,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,6 +70,10 @@ enum BenchCommand {
     /// Route computation time: Dmodc, Dmodk and Ftree on PGFTs of growing
     /// size, against OpenSM's ftree on the same fabric where ibsim holds it.
     Routes(bench_routes::BenchRoutesArgs),
+    /// One process of the bare forwarder baseline (the datapath bench
+    /// starts three; not for use by hand).
+    #[command(hide = true)]
+    BaselineRole(bench_baseline::RoleArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Command::Analyze(cmd) => analyze::run(cmd),
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
         Command::Bench(BenchCommand::Routes(args)) => bench_routes::run_routes(args),
+        Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::AnalyzeFaults(args) => analyze_faults::run(args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),

@@ -328,3 +328,39 @@ fn help_reads_well_and_verbose_logs() {
     let o = flitctl(&["topo", "show", "../topologies/kary-4-2.yaml"]);
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
 }
+
+/// The process baseline of `bench datapath`: flitctl plays sender,
+/// forwarder and receiver, one process each; datagrams get through, are
+/// timed, and no role is left running.
+#[test]
+fn the_process_baseline_forwards_and_times_datagrams() {
+    use flitctl::bench_baseline::baseline_processes;
+    use std::time::Duration;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_flitctl"));
+    let blast = baseline_processes(exe, 200, None, Duration::from_millis(200)).unwrap();
+    assert!(blast.datagrams_per_s > 100.0, "{}", blast.datagrams_per_s);
+    assert!(blast.cpu_ns_per_datagram > 0.0);
+    let paced = baseline_processes(exe, 200, Some(2_000.0), Duration::from_millis(300)).unwrap();
+    assert!(paced.datagrams_per_s > 200.0, "{}", paced.datagrams_per_s);
+    assert!(paced.p50_ns > 0.0 && paced.p99_ns >= paced.p50_ns);
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "baseline-role"])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "roles left running: {left:?}");
+    // A role that cannot do its job says why.
+    let o = flitctl(&[
+        "bench",
+        "baseline-role",
+        "--role",
+        "forwarder",
+        "--bind",
+        "127.0.0.1:0",
+        "--datagram",
+        "100",
+        "--window",
+        "10ms",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--peer and --to"), "{}", stderr(&o));
+}
