@@ -104,6 +104,10 @@ pub enum Reconfiguration {
 /// host link) gets its tables anyway, and the report says so.
 pub const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A quiesced swap stops waiting when the flits in flight have not fallen
+/// for this long (they are held, not moving).
+pub const QUIESCE_STALL: Duration = Duration::from_millis(50);
+
 impl Reconfiguration {
     /// The default for a fabric re-routed between `old` and `new` engines
     /// (the `auto` choice, docs/chaos.md "Quiesced reconfiguration"): live
@@ -598,10 +602,15 @@ impl Fabric {
 
     /// Polls every live daemon's in-flight flits until two readings in a
     /// row are all 0 (a flit moving ahead of one reading wave is seen by
-    /// the next) or `deadline` passes; returns `None` when drained, else
-    /// what the last reading still counted.
+    /// the next), `deadline` passes, or the count has not fallen for
+    /// [`QUIESCE_STALL`] (a worm cut by a dead link, with no recovery
+    /// protocol to close it, holds its path for good: waiting longer only
+    /// stalls the hosts); returns `None` when drained, else what the last
+    /// reading still counted.
     fn wait_in_flight_zero(&self, deadline: Instant) -> Result<Option<u64>> {
         let mut zero_readings = 0;
+        let mut lowest = u64::MAX;
+        let mut fell_at = Instant::now();
         loop {
             let left: u64 = self
                 .broadcast(|_| true, |_| Request::InFlight)?
@@ -612,7 +621,12 @@ impl Fabric {
             if zero_readings >= 2 {
                 return Ok(None);
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if left < lowest {
+                lowest = left;
+                fell_at = now;
+            }
+            if now >= deadline || (left > 0 && now.duration_since(fell_at) >= QUIESCE_STALL) {
                 return Ok(Some(left));
             }
             std::thread::sleep(Duration::from_millis(1));
