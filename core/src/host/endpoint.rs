@@ -17,7 +17,7 @@
 //! its buffer slot is released immediately (seed 003 §3.6 item 8: ejection
 //! is never a bottleneck), so credits flow back to the switch.
 
-use super::histogram::Percentiles;
+use super::histogram::{Moments, Percentiles};
 use super::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use super::message::{OutPacket, Packetiser};
 use super::retained::ReleasePolicy;
@@ -145,6 +145,11 @@ pub struct HostReport {
     /// §6.2, "latency of corrupted messages").
     #[serde(default)]
     pub recovered_latency_ns: Percentiles,
+    /// The recovered messages' latency count, sum and sum of squares, ns
+    /// (exact mean and variance: `flitctl reproduce` pools them over hosts
+    /// and runs for confidence intervals of mean differences).
+    #[serde(default)]
+    pub recovered_latency_moments_ns: Moments,
     pub throughput: Throughput,
     /// Messages waiting in the source queue, and retained for resending.
     pub source_queue: usize,
@@ -734,6 +739,7 @@ impl HostEndpoint {
             pattern: self.cfg.source.pattern.to_string(),
             latency_ns: self.sink.latency().percentiles(),
             recovered_latency_ns: self.sink.recovered_latency().percentiles(),
+            recovered_latency_moments_ns: *self.sink.recovered_latency_moments(),
             throughput,
             source_queue: self.source.queued(),
             retained: self.source.retained().len(),

@@ -20,7 +20,7 @@
 //!   switch-made non-final tail, seed 003) is counted as incomplete, and a
 //!   body/tail flit with no open packet is an orphan.
 
-use super::histogram::Histogram;
+use super::histogram::{Histogram, Moments};
 use super::message::{message_id, payload_for, split_message_id};
 use crate::flit::{flags, Flit};
 use crate::topology::HostId;
@@ -232,6 +232,9 @@ pub struct Sink {
     latency: Histogram,
     /// Latency of the recovered messages only (spec 003 §6.2).
     recovered_latency: Histogram,
+    /// The same latencies' count, sum and sum of squares (exact mean and
+    /// variance, for confidence intervals).
+    recovered_moments: Moments,
     stats: SinkStats,
     events: VecDeque<SinkEvent>,
     trace: Vec<Delivery>,
@@ -253,6 +256,7 @@ impl Sink {
             flows: BTreeMap::new(),
             latency: Histogram::new(),
             recovered_latency: Histogram::new(),
+            recovered_moments: Moments::default(),
             stats: SinkStats::default(),
             events: VecDeque::new(),
             trace: Vec::new(),
@@ -309,6 +313,11 @@ impl Sink {
     /// Latency of messages that needed a recovery resend.
     pub fn recovered_latency(&self) -> &Histogram {
         &self.recovered_latency
+    }
+
+    /// Count, sum and sum of squares of [`Sink::recovered_latency`]'s samples.
+    pub fn recovered_latency_moments(&self) -> &Moments {
+        &self.recovered_moments
     }
 
     pub fn poll_event(&mut self) -> Option<SinkEvent> {
@@ -509,6 +518,7 @@ impl Sink {
         if a.recovered {
             self.stats.recovered_messages += 1;
             self.recovered_latency.record(latency_ns);
+            self.recovered_moments.record(latency_ns);
         }
         self.stats.delivered_messages += 1;
         self.stats.delivered_flits += a.msg_flits as u64;
