@@ -88,7 +88,6 @@ pub struct Fabric {
     net: Option<EthernetNet>,
 }
 
-/// The loopback address of node number `index` (hosts first, then switches).
 /// How the controller swaps routing tables in a running fabric.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Reconfiguration {
@@ -100,8 +99,8 @@ pub enum Reconfiguration {
 }
 
 /// The drain budget of a quiesced swap: in-flight worms need a few ms; a
-/// fabric that does not drain in this time (a packet stuck behind a dead
-/// host link) gets its tables anyway, and the report says so.
+/// fabric that does not drain in this time gets its tables anyway, and the
+/// `routes-installed` event says so.
 pub const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A quiesced swap stops waiting when the flits in flight have not fallen
@@ -109,8 +108,8 @@ pub const QUIESCE_TIMEOUT: Duration = Duration::from_millis(500);
 pub const QUIESCE_STALL: Duration = Duration::from_millis(50);
 
 impl Reconfiguration {
-    /// The default for a fabric re-routed between `old` and `new` engines
-    /// (the `auto` choice, docs/chaos.md "Quiesced reconfiguration"): live
+    /// The default for re-routing `topo` (the `auto` choice, docs/chaos.md
+    /// "Quiesced reconfiguration"): live
     /// on fat-trees, whose engines all rank the intact topology (a fabric
     /// holding old and new tables at once routes up*/down* with one
     /// ordering), quiesced elsewhere (e-cube or DOR and up*/down* mixed can
@@ -119,21 +118,21 @@ impl Reconfiguration {
         if topo.family.is_fat_tree() {
             Reconfiguration::Live
         } else {
-            Reconfiguration::Quiesced {
-                drain_timeout: QUIESCE_TIMEOUT,
-            }
+            Self::QUIESCED
         }
     }
 
+    /// Quiesced, with the default drain budget.
+    pub const QUIESCED: Self = Reconfiguration::Quiesced {
+        drain_timeout: QUIESCE_TIMEOUT,
+    };
+
     /// From a user's choice.
     pub fn choose(choice: ReconfigurationChoice, topo: &Topology) -> Self {
-        let quiesced = Reconfiguration::Quiesced {
-            drain_timeout: QUIESCE_TIMEOUT,
-        };
         match choice {
             ReconfigurationChoice::Auto => Self::auto(topo),
             ReconfigurationChoice::Live => Reconfiguration::Live,
-            ReconfigurationChoice::Quiesced => quiesced,
+            ReconfigurationChoice::Quiesced => Self::QUIESCED,
         }
     }
 }
@@ -182,6 +181,7 @@ impl Swap {
     }
 }
 
+/// The loopback address of node number `index` (hosts first, then switches).
 pub fn node_ip(subnet: u8, index: usize) -> Ipv4Addr {
     let i = index as u32 + 1;
     Ipv4Addr::new(127, subnet, (i >> 8) as u8, (i & 0xff) as u8)
@@ -873,4 +873,49 @@ pub fn down(run_dir: &Path) -> Result<usize> {
     }
     let _ = std::fs::remove_file(&path);
     Ok(killed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flitnet_core::topology::generators;
+
+    #[test]
+    fn auto_reconfiguration_is_live_on_fat_trees_and_quiesced_elsewhere() {
+        let tree = generators::kary_ntree(4, 2).unwrap();
+        let cube = generators::hypercube(4).unwrap();
+        assert_eq!(Reconfiguration::auto(&tree), Reconfiguration::Live);
+        assert_eq!(Reconfiguration::auto(&cube), Reconfiguration::QUIESCED);
+        use ReconfigurationChoice::*;
+        assert_eq!(
+            Reconfiguration::choose(Quiesced, &tree),
+            Reconfiguration::QUIESCED
+        );
+        assert_eq!(Reconfiguration::choose(Live, &cube), Reconfiguration::Live);
+        assert_eq!(
+            Reconfiguration::choose(Auto, &cube),
+            Reconfiguration::auto(&cube)
+        );
+    }
+
+    #[test]
+    fn a_swap_describes_itself_in_the_install_event() {
+        let mut live = serde_json::json!({"event": "routes-installed"});
+        Swap::default().event_fields(&mut live);
+        assert_eq!(live["reconfiguration"], "live");
+        assert!(live.get("quiesce").is_none());
+        let mut quiesced = serde_json::json!({"event": "routes-installed"});
+        Swap {
+            quiesced: Some(Quiesced {
+                drained: false,
+                left_in_flight: 7,
+                drain_ms: 50.5,
+                paused_ms: 52.0,
+            }),
+        }
+        .event_fields(&mut quiesced);
+        assert_eq!(quiesced["reconfiguration"], "quiesced");
+        assert_eq!(quiesced["quiesce"]["drained"], false);
+        assert_eq!(quiesced["quiesce"]["left_in_flight"], 7);
+    }
 }
