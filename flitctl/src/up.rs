@@ -181,6 +181,15 @@ pub struct UpArgs {
     /// switches stay dead).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub kill_every: Duration,
+    /// With --kill-switch: start each killed switch's process again this
+    /// long after its kill (a transient node fault: same configuration,
+    /// empty buffers, a new link epoch; it gets the initial tables, and
+    /// with --notify-neighbours its neighbours' ports come up again at the
+    /// same instant). A restarted switch may be named again in
+    /// --kill-switch to kill it once more; it must be less than
+    /// --kill-every.
+    #[arg(long, value_parser = parse_duration)]
+    pub restart_after: Option<Duration>,
     /// With --kill-switch: the controller takes the killed switch's
     /// neighbours' ports toward it down at the same instant, as the thesis
     /// of seed 003 assumes (each node knows whether each neighbour is
@@ -767,7 +776,26 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .find(|(i, s)| kill_switches[..*i].contains(s))
         .map(|(i, _)| &args.kill_switch[i])
     {
-        bail!("--kill-switch {twice} twice: a killed switch stays dead");
+        if args.restart_after.is_none() {
+            bail!(
+                "--kill-switch {twice} twice: a killed switch stays dead (unless --restart-after)"
+            );
+        }
+    }
+    if let Some(after) = args.restart_after {
+        if kill_switch.is_none() {
+            bail!("--restart-after restarts killed switches: it needs --kill-switch");
+        }
+        if kill_switches.len() > 1 && after >= args.kill_every {
+            bail!("--restart-after must be less than --kill-every (a switch is back before the next kill)");
+        }
+        if args.recovery == Recovery::Reroute {
+            bail!(
+                "--restart-after with --recovery reroute: `up` does not re-route back after a \
+                 restart; use --recovery none (faithful mode) or a chaos scenario \
+                 (restart-switch)"
+            );
+        }
     }
     if kill_switches.len() > 1 && args.kill_every.is_zero() {
         bail!("several --kill-switch: say how far apart with --kill-every");
@@ -952,6 +980,29 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             detected.as_ref(),
             installed.as_ref(),
         ));
+        if let (Some(after), Some(s)) = (args.restart_after, step) {
+            progress.sleep_until(&fabric, at + after);
+            let node = NodeRef::Switch(s);
+            fabric.restart(node, Duration::from_secs(10))?;
+            // A rebooted switch has no table: the initial ones (the
+            // controller does not re-route in this mode).
+            fabric
+                .client(fabric.daemon_of(node))?
+                .call_ok(Request::InstallTable {
+                    table: tables.switches[s as usize].clone(),
+                    vc_policy: tables.vc_policy(s as usize).clone(),
+                })
+                .context("installing the restarted switch's table")?;
+            if args.notify_neighbours {
+                for live in neighbour_ports(&topo, s) {
+                    fabric.set_port(live, true)?;
+                }
+            }
+            let name = topo.node_name(node).to_string();
+            events.record(
+                serde_json::json!({"event": "repair", "kind": "switch-restart", "element": name}),
+            );
+        }
     }
     // Let the traffic phase finish, then give in-flight messages time to land.
     progress.sleep_until(&fabric, args.traffic.duration);
