@@ -9,6 +9,10 @@
 //! the same code `flitctl analyze-faults` and the routing engines use. A row
 //! is a [`Verdict::Match`] only when our number prints as the paper's at the
 //! paper's precision (exact targets) or the paper's claim holds (trends).
+//! Seed 003's latency orderings are measured on a few dozen messages: each
+//! pair the paper orders is tested with a 95 % Welch interval of the
+//! difference of the means, and a cell whose intervals neither confirm nor
+//! reverse the paper's order is [`Verdict::Inconclusive`].
 
 use crate::analyze_faults::{analyze, AnalyzeFaultsArgs, FaultAnalysis, Mode};
 use anyhow::{Context, Result};
@@ -17,6 +21,7 @@ use flitnet_core::analysis::dlr_connectivity::{connectivity_curve, Row as CurveR
 use flitnet_core::analysis::intermediate::{
     tolerance_table, AnalysisOptions, FaultMode, MechanismUse, Mechanisms,
 };
+use flitnet_core::host::histogram::Moments;
 use flitnet_core::routing::gxmodk::{gdmodk, gsmodk};
 use flitnet_core::routing::interval::MemoryModel;
 use flitnet_core::routing::metrics::{
@@ -76,6 +81,9 @@ pub enum Verdict {
     Match,
     /// Differs; the note says why.
     Differs,
+    /// A statistical comparison whose samples are too few to tell either
+    /// way (no 95 % interval excludes the paper's claim nor confirms it).
+    Inconclusive,
     /// The paper gives no number: ours only.
     OursOnly,
     /// Not computed here (see the note).
@@ -87,6 +95,7 @@ impl Verdict {
         match self {
             Verdict::Match => "✔ match",
             Verdict::Differs => "✘ differs",
+            Verdict::Inconclusive => "≈ inconclusive",
             Verdict::OursOnly => "— ours only",
             Verdict::NotHere => "· not here",
         }
@@ -102,6 +111,11 @@ pub struct Line {
     pub verdict: Verdict,
     pub command: String,
     pub note: String,
+    /// The numbers behind a statistical verdict (seed 003's latency
+    /// orderings: per protocol n, mean and interval; per ordered pair the
+    /// difference and its interval), for the tests and `--json` readers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<serde_json::Value>,
 }
 
 /// One experiment.
@@ -147,6 +161,7 @@ fn line(what: impl Into<String>, paper: impl Into<String>, ours: impl Into<Strin
         verdict: Verdict::OursOnly,
         command: String::new(),
         note: String::new(),
+        stats: None,
     }
 }
 
@@ -1181,21 +1196,19 @@ struct SbrpRun {
     resent_packets: u64,
     resent_flits: u64,
     rrqs: u64,
-    latency_us: f64,
+    /// The recovered messages' latency (ns): count, sum, sum of squares,
+    /// pooled over every host (and, summed, over the runs of a cell).
+    latency: Moments,
     retained: u64,
 }
 
 impl SbrpRun {
-    /// Two runs' figures together (latency: the mean over both runs'
-    /// recovered messages).
+    /// Two runs' figures together (latency: both runs' recovered messages
+    /// pooled).
     fn plus(&self, o: &SbrpRun) -> SbrpRun {
         let recovered = self.recovered + o.recovered;
-        let latency_us = if recovered == 0 {
-            0.0
-        } else {
-            (self.latency_us * self.recovered as f64 + o.latency_us * o.recovered as f64)
-                / recovered as f64
-        };
+        let mut latency = self.latency;
+        latency.merge(&o.latency);
         SbrpRun {
             sent: self.sent + o.sent,
             lost: self.lost + o.lost,
@@ -1206,7 +1219,7 @@ impl SbrpRun {
             resent_packets: self.resent_packets + o.resent_packets,
             resent_flits: self.resent_flits + o.resent_flits,
             rrqs: self.rrqs + o.rrqs,
-            latency_us,
+            latency,
             retained: self.retained + o.retained,
         }
     }
@@ -1241,6 +1254,7 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         .collect();
     argv.push("--run-dir".into());
     argv.push(run_dir.display().to_string());
+    let reports = run_dir.join("reports.json");
     argv.push("--progress".into());
     argv.push("never".into());
     let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(&argv)
@@ -1250,6 +1264,27 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         .with_context(|| cmd.to_string())?
         .run;
     let t = &r.totals;
+    // The per-host reports `up` saved: the recovered messages' latency
+    // moments (the totals carry only their mean).
+    let saved: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&reports).with_context(|| format!("reading {}", reports.display()))?,
+    )
+    .with_context(|| format!("parsing {}", reports.display()))?;
+    let mut latency = Moments::default();
+    for r in saved.as_object().into_iter().flat_map(|o| o.values()) {
+        if let Some(m) = r.get("recovered_latency_moments_ns") {
+            let m: Moments = serde_json::from_value(m.clone()).with_context(|| {
+                format!("recovered_latency_moments_ns in {}", reports.display())
+            })?;
+            latency.merge(&m);
+        }
+    }
+    anyhow::ensure!(
+        latency.count == t.recovered_messages,
+        "{cmd}: the hosts report {} recovered messages but latency moments of {} (a hostd older than flitctl? rebuild both)",
+        t.recovered_messages,
+        latency.count
+    );
     Ok(SbrpRun {
         sent: t.messages_sent,
         lost: t.messages_lost,
@@ -1260,7 +1295,7 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         resent_packets: t.resent_packets,
         resent_flits: t.resent_flits,
         rrqs: t.recover_requests,
-        latency_us: t.recovered_latency_mean_us,
+        latency,
         retained: t.retained,
     })
 }
@@ -1290,6 +1325,8 @@ fn seed003(quick: bool) -> Result<Section> {
                 ["r06", "r09"],
                 ["r03", "r12"],
                 ["r01", "r14"],
+                ["r02", "r13"],
+                ["r04", "r11"],
             ],
             ("r05", "r07"),
             "0.4",
@@ -1302,13 +1339,18 @@ fn seed003(quick: bool) -> Result<Section> {
                 ["r18", "r30"],
                 ["r08", "r40"],
                 ["r12", "r36"],
+                ["r10", "r38"],
+                ["r22", "r26"],
             ],
             ("r24", "r25"),
             "0.2",
         ),
     ];
     let cases = if quick { &cases[..1] } else { &cases[..] };
-    let runs_per_cell = if quick { 1 } else { 4 };
+    // Six runs per cell (one per router pair) in full mode: about 15
+    // minutes in all on a 2-core machine; the latency intervals narrow
+    // with the square root of the messages recovered.
+    let runs_per_cell = if quick { 1 } else { 6 };
     let duration = if quick { "2s" } else { "3s" };
     // One run per cell in quick mode: at the full runs' load a router kill
     // finds no 128-flit worm crossing it in about one run of five (the CI
@@ -1393,7 +1435,7 @@ fn seed003(quick: bool) -> Result<Section> {
                             "I1/I2: every message whole, exactly once",
                             format!(
                                 "{} sent, {} lost ({} more to or from a cut-off host), {} duplicated, {} out of order, {} still held by senders at the end; {} recover requests, {} packets / {} flits resent, {} messages recovered, their latency {:.1} ms",
-                                run.sent, run.lost, run.lost_unreachable, run.duplicates, run.out_of_order, run.retained, run.rrqs, run.resent_packets, run.resent_flits, run.recovered, run.latency_us / 1e3
+                                run.sent, run.lost, run.lost_unreachable, run.duplicates, run.out_of_order, run.retained, run.rrqs, run.resent_packets, run.resent_flits, run.recovered, run.latency.mean() / 1e6
                             ),
                         )
                         .matches(ok)
@@ -1410,7 +1452,7 @@ fn seed003(quick: bool) -> Result<Section> {
     let _ = std::fs::remove_dir_all(&dir);
     let mut notes = vec![
         format!(
-            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}), the same for every protocol; figures summed over them, latency averaged over all recovered messages.",
+            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}), the same for every protocol; figures summed over them, the recovered messages' latencies pooled.",
             if runs_per_cell > 1 { format!("{runs_per_cell} runs") } else { "One run".to_string() },
             cases
                 .iter()
@@ -1427,6 +1469,7 @@ fn seed003(quick: bool) -> Result<Section> {
                 .join("; ")
         ),
         "Corrupted-message latency is generation to delivery of the messages that needed a resend; n is how many there were. \"Lost\" is not delivered when the report was taken (the drain waits for the senders' hold windows). Only the dead router's own host is cut off, and no flow starts or ends there.".into(),
+        "Latency orderings are tested, not read off sorted means: each protocol's mean is printed ± the half-width of its 95 % t interval (n − 1 degrees of freedom), then, for every pair the paper orders (faster first), the difference of the means with its 95 % Welch interval (Welch–Satterthwaite degrees of freedom; the hosts report each recovered message's latency as count, sum and sum of squares, pooled over the cell's runs). ✔ match: every ordered pair's interval lies below 0 (if a pair were in truth tied or reversed, its interval would lie below 0 by chance at most 2.5 % of the time, so a false match is at most 2.5 % likely); ✘ differs: at least one pair's interval lies above 0, the paper's order significantly reversed (by chance at most 2.5 % per pair, 7.5 % over the three pairs, if the paper's order or a tie were true); ≈ inconclusive otherwise, including a protocol with fewer than 2 recovered messages. The intervals treat recovered messages as independent; messages recovered after the same router kill share its timing, and runs differ (different routers, different flows), so the intervals are if anything too narrow: an inconclusive cell means the samples cannot tell, not that the protocols are equally fast.".into(),
     ];
     if !quick {
         notes.push("Controller re-routing rows (ours, not the thesis's: its fault handling is local): a link killed once after 1 s, the controller re-routing (up*/down*), 16-flit buffers, load 0.4 per flow on the 4-cube, 0.2 on the mesh, up to 8 flows crossing that link. There a resend waits for the controller's new tables (a resend sent earlier would be cut again at the dead link), which dominates the latency and varies run to run.".into());
@@ -1470,45 +1513,241 @@ enum UpSub {
     Up(crate::up::UpArgs),
 }
 
-/// The thesis's latency ordering for corrupted messages (Figs 80 and 82).
-fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Line {
-    let paper = if ml <= 8 {
-        "SBRP-1 < SBRP-0 < SBRP-2 (Fig. 80, ML 8)"
+/// ln Γ(x), x > 0 (Lanczos, g = 7, 9 terms: ~15 digits).
+fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x)Γ(1 − x) = π / sin(πx).
+        return (std::f64::consts::PI / (std::f64::consts::PI * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let sum = C[1..]
+        .iter()
+        .enumerate()
+        .fold(C[0], |a, (i, c)| a + c / (x + i as f64 + 1.0));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
+}
+
+/// The regularised incomplete beta function I_x(a, b) (continued
+/// fraction, modified Lentz).
+fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    // The fraction converges fast for x < (a + 1) / (a + b + 2).
+    if x > (a + 1.0) / (a + b + 2.0) {
+        return 1.0 - inc_beta(b, a, 1.0 - x);
+    }
+    let front =
+        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp() / a;
+    let tiny = 1e-300;
+    let (mut c, mut d) = (1.0, 1.0 - (a + b) * x / (a + 1.0));
+    d = 1.0 / if d.abs() < tiny { tiny } else { d };
+    let mut f = d;
+    for m in 1..300 {
+        let m = m as f64;
+        for num in [
+            m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0)),
+        ] {
+            d = 1.0 + num * d;
+            d = 1.0 / if d.abs() < tiny { tiny } else { d };
+            c = 1.0 + num / c;
+            c = if c.abs() < tiny { tiny } else { c };
+            f *= c * d;
+        }
+        if (c * d - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    front * f
+}
+
+/// P(T ≤ t) for Student's t with `df` degrees of freedom (any df > 0).
+fn t_cdf(t: f64, df: f64) -> f64 {
+    let tail = 0.5 * inc_beta(df / 2.0, 0.5, df / (df + t * t));
+    if t > 0.0 {
+        1.0 - tail
     } else {
-        "SBRP-1 < SBRP-2 < SBRP-0 (Fig. 82, ML 128)"
+        tail
+    }
+}
+
+/// The two-sided 95 % critical value of Student's t: P(|T| ≤ q) = 0.95.
+fn t95(df: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 1e4);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_cdf(mid, df) < 0.975 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Half-width of the 95 % t interval of a mean; `None` below 2 samples.
+fn mean_half_width(m: &Moments) -> Option<f64> {
+    (m.count >= 2).then(|| t95(m.count as f64 - 1.0) * (m.variance() / m.count as f64).sqrt())
+}
+
+/// mean(a) − mean(b) and the half-width of its 95 % Welch interval
+/// (Welch–Satterthwaite degrees of freedom); no interval below 2 samples
+/// on either side.
+fn welch(a: &Moments, b: &Moments) -> (f64, Option<f64>) {
+    let d = a.mean() - b.mean();
+    if a.count < 2 || b.count < 2 {
+        return (d, None);
+    }
+    let (va, vb) = (a.variance() / a.count as f64, b.variance() / b.count as f64);
+    let se2 = va + vb;
+    if se2 == 0.0 {
+        return (d, Some(0.0));
+    }
+    let df = se2 * se2 / (va * va / (a.count as f64 - 1.0) + vb * vb / (b.count as f64 - 1.0));
+    (d, Some(t95(df) * se2.sqrt()))
+}
+
+/// Where one ordered pair of a latency ordering stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PairOrder {
+    /// The first is faster, the 95 % interval of the difference below 0.
+    Holds,
+    /// The first is slower, the interval above 0.
+    Reversed,
+    /// The interval holds 0, or a side has under 2 samples.
+    Unclear,
+}
+
+fn pair_order(d: f64, half: Option<f64>) -> PairOrder {
+    match half {
+        Some(h) if d + h < 0.0 => PairOrder::Holds,
+        Some(h) if d - h > 0.0 => PairOrder::Reversed,
+        _ => PairOrder::Unclear,
+    }
+}
+
+/// The verdict on a claimed order "first < second < …" from each pair's
+/// standing: every pair holds → match; one reversed → differs; else
+/// inconclusive.
+fn ordering_verdict(pairs: &[PairOrder]) -> Verdict {
+    if pairs.iter().all(|p| *p == PairOrder::Holds) {
+        Verdict::Match
+    } else if pairs.contains(&PairOrder::Reversed) {
+        Verdict::Differs
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+/// The thesis's latency ordering for corrupted messages (Figs 80 and 82),
+/// tested pair by pair with 95 % Welch intervals of the difference of the
+/// mean latencies (`runs`: SBRP-0, 1, 2, each pooled over the cell's runs).
+fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Line {
+    let names = ["SBRP-0", "SBRP-1", "SBRP-2"];
+    // The paper's order, fastest first, as indices into `runs`.
+    let (paper, order) = if ml <= 8 {
+        ("SBRP-1 < SBRP-0 < SBRP-2 (Fig. 80, ML 8)", [1, 0, 2])
+    } else {
+        ("SBRP-1 < SBRP-2 < SBRP-0 (Fig. 82, ML 128)", [1, 2, 0])
     };
-    let mut order: Vec<(f64, u64, &str)> = runs
+    let ms = |x: f64| x / 1e6;
+    let means = order
         .iter()
-        .zip(["SBRP-0", "SBRP-1", "SBRP-2"])
-        .map(|(r, n)| (r.latency_us, r.recovered, n))
-        .collect();
-    order.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let ours = order
-        .iter()
-        .map(|(l, k, n)| format!("{n} ({:.1} ms, n={k})", l / 1e3))
+        .map(|&i| {
+            let m = &runs[i].latency;
+            match mean_half_width(m) {
+                Some(h) => format!(
+                    "{} {:.1} ± {:.1} ms (n={})",
+                    names[i],
+                    ms(m.mean()),
+                    ms(h),
+                    m.count
+                ),
+                None if m.count == 1 => format!("{} {:.1} ms (n=1)", names[i], ms(m.mean())),
+                None => format!("{} — (n=0)", names[i]),
+            }
+        })
         .collect::<Vec<_>>()
-        .join(" < ");
-    let same = order.iter().map(|o| o.2).collect::<Vec<_>>().join(" < ")
-        == paper.split(" (").next().unwrap_or("");
-    let all = runs.iter().all(|r| r.recovered > 0);
+        .join(", ");
+    let mut pairs = Vec::new();
+    let mut diffs = Vec::new();
+    let mut stats_pairs = Vec::new();
+    for (x, &i) in order.iter().enumerate() {
+        for &j in &order[x + 1..] {
+            let (d, half) = welch(&runs[i].latency, &runs[j].latency);
+            let p = pair_order(d, half);
+            pairs.push(p);
+            let short = format!("{}−{}", &names[i][5..], &names[j][5..]);
+            diffs.push(match half {
+                Some(h) => format!(
+                    "{short} {:+.1} [{:+.1}, {:+.1}]{}",
+                    ms(d),
+                    ms(d - h),
+                    ms(d + h),
+                    match p {
+                        PairOrder::Holds => " ✔",
+                        PairOrder::Reversed => " ✘",
+                        PairOrder::Unclear => "",
+                    }
+                ),
+                None => format!("{short} n<2"),
+            });
+            stats_pairs.push(serde_json::json!({
+                "faster": names[i],
+                "slower": names[j],
+                "diff_ms": ms(d),
+                "ci95_ms": half.map(|h| [ms(d - h), ms(d + h)]),
+            }));
+        }
+    }
+    let verdict = ordering_verdict(&pairs);
+    let stats = serde_json::json!({
+        "protocols": order.iter().map(|&i| {
+            let m = &runs[i].latency;
+            serde_json::json!({
+                "protocol": names[i],
+                "n": m.count,
+                "mean_ms": ms(m.mean()),
+                "ci95_half_ms": mean_half_width(m).map(ms),
+            })
+        }).collect::<Vec<_>>(),
+        "pairs": stats_pairs,
+    });
     let note = match mode {
-        SbrpFaults::Local => "local rerouting, transient router faults, no controller (the thesis's fault handling); n = corrupted messages averaged",
+        SbrpFaults::Local => "local rerouting, transient router faults, no controller (the thesis's fault handling)",
         SbrpFaults::Controller => "recovery waits for the controller's new tables on real processes, which dominates and varies run to run (see the notes)",
     };
-    line(
+    let mut l = line(
         format!(
             "{name}, {ml}-flit messages: corrupted-message latency ordering ({})",
             mode.label()
         ),
         paper,
-        if all {
-            ours
-        } else {
-            format!("{ours} (a protocol recovered no message)")
-        },
+        format!(
+            "{means}; paper-ordered differences, ms (95 % Welch CI): {}",
+            diffs.join(", ")
+        ),
     )
-    .matches(all && same)
-    .note(note)
+    .verdict(verdict)
+    .note(note);
+    l.stats = Some(stats);
+    l
 }
 
 /// Table 2: SBRP-0 resends whole messages, SBRP-1/2 only the rest.
@@ -1615,9 +1854,10 @@ pub fn render(r: &Report) -> String {
     };
     let _ = writeln!(
         s,
-        "Summary: {} match, {} differ, {} ours only, {} not computed here.\n",
+        "Summary: {} match, {} differ, {} inconclusive, {} ours only, {} not computed here.\n",
         count(Verdict::Match),
         count(Verdict::Differs),
+        count(Verdict::Inconclusive),
         count(Verdict::OursOnly),
         count(Verdict::NotHere)
     );
@@ -1749,9 +1989,10 @@ pub fn splice(old: &str, fresh: &Report) -> Result<String> {
     let body: String = sections.into_iter().map(|(_, t)| t).collect();
     let count = |v: Verdict| body.matches(&format!("| {} |", v.mark())).count();
     let summary = format!(
-        "Summary: {} match, {} differ, {} ours only, {} not computed here.",
+        "Summary: {} match, {} differ, {} inconclusive, {} ours only, {} not computed here.",
         count(Verdict::Match),
         count(Verdict::Differs),
+        count(Verdict::Inconclusive),
         count(Verdict::OursOnly),
         count(Verdict::NotHere)
     );
@@ -1800,6 +2041,136 @@ mod tests {
         }
     }
 
+    /// Moments of `values` (ms, recorded in ns).
+    fn ms(values: &[f64]) -> Moments {
+        let mut m = Moments::default();
+        for v in values {
+            m.record((v * 1e6) as u64);
+        }
+        m
+    }
+
+    fn sbrp(latency: Moments) -> SbrpRun {
+        SbrpRun {
+            sent: 100,
+            lost: 0,
+            lost_unreachable: 0,
+            duplicates: 0,
+            out_of_order: 0,
+            recovered: latency.count,
+            resent_packets: latency.count,
+            resent_flits: 8 * latency.count,
+            rrqs: latency.count,
+            latency,
+            retained: 0,
+        }
+    }
+
+    #[test]
+    fn student_t_critical_values() {
+        // Two-sided 95 %: t(0.975, df) from the tables.
+        for (df, t) in [
+            (1.0, 12.706),
+            (2.0, 4.303),
+            (5.0, 2.571),
+            (10.0, 2.228),
+            (30.0, 2.042),
+            (1e6, 1.960),
+        ] {
+            assert!((t95(df) - t).abs() < 1e-3, "df {df}: {} vs {t}", t95(df));
+        }
+        // Fractional df (Welch) lie between their neighbours.
+        assert!(t95(2.5) < t95(2.0) && t95(2.5) > t95(3.0));
+    }
+
+    #[test]
+    fn welch_intervals_match_a_worked_example() {
+        // a: mean 20, s² 10 (n 5); b: mean 15, s² 2.5 (n 5):
+        // se² = 2 + 0.5 = 2.5, df = 2.5² / (2²/4 + 0.5²/4) = 5.88.
+        let a = ms(&[16.0, 18.0, 20.0, 22.0, 24.0]);
+        let b = ms(&[13.0, 14.0, 15.0, 16.0, 17.0]);
+        let (d, h) = welch(&a, &b);
+        assert!((d - 5e6).abs() < 1e-3, "{d}");
+        let h = h.unwrap();
+        let want = t95(6.25 / 1.0625) * 2.5f64.sqrt() * 1e6;
+        assert!((h - want).abs() < 1.0, "{h} vs {want}");
+        assert!(h > 3.8e6 && h < 3.9e6, "{h}");
+        // Below two samples there is no interval.
+        assert_eq!(welch(&ms(&[1.0]), &b).1, None);
+    }
+
+    #[test]
+    fn ordering_verdicts_need_every_pair_significant() {
+        use PairOrder::*;
+        assert_eq!(ordering_verdict(&[Holds, Holds, Holds]), Verdict::Match);
+        assert_eq!(
+            ordering_verdict(&[Holds, Unclear, Holds]),
+            Verdict::Inconclusive
+        );
+        assert_eq!(
+            ordering_verdict(&[Holds, Reversed, Holds]),
+            Verdict::Differs
+        );
+        assert_eq!(
+            ordering_verdict(&[Unclear, Reversed, Unclear]),
+            Verdict::Differs
+        );
+        // ML 128, paper SBRP-1 < SBRP-2 < SBRP-0; runs are SBRP-0, 1, 2.
+        let tight = |c: f64| ms(&[c - 0.2, c - 0.1, c, c + 0.1, c + 0.2]);
+        let clear = [sbrp(tight(30.0)), sbrp(tight(10.0)), sbrp(tight(20.0))];
+        let l = ordering_line("t", 128, SbrpFaults::Local, &clear);
+        assert_eq!(l.verdict, Verdict::Match, "{}", l.ours);
+        assert!(
+            l.ours
+                .starts_with("SBRP-1 10.0 ± 0.2 ms (n=5), SBRP-2 20.0"),
+            "{}",
+            l.ours
+        );
+        assert!(l.ours.contains("1−2 -10.0 [-10.2, -9.8] ✔"), "{}", l.ours);
+        let stats = l.stats.unwrap();
+        assert_eq!(stats["pairs"].as_array().unwrap().len(), 3);
+        assert_eq!(stats["protocols"][0]["n"], 5);
+        // SBRP-2 clearly slower than SBRP-0: reversed.
+        let swapped = [sbrp(tight(20.0)), sbrp(tight(10.0)), sbrp(tight(30.0))];
+        let l = ordering_line("t", 128, SbrpFaults::Local, &swapped);
+        assert_eq!(l.verdict, Verdict::Differs, "{}", l.ours);
+        assert!(l.ours.contains("2−0 +10.0 [+9.8, +10.2] ✘"), "{}", l.ours);
+        // Means in the paper's order but spread wide, or one message only:
+        // too few to tell, whatever the sorted means say.
+        let wide = |c: f64| ms(&[c - 15.0, c, c + 15.0]);
+        let l = ordering_line(
+            "t",
+            128,
+            SbrpFaults::Local,
+            &[sbrp(wide(30.0)), sbrp(wide(20.0)), sbrp(wide(25.0))],
+        );
+        assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
+        let l = ordering_line(
+            "t",
+            8,
+            SbrpFaults::Local,
+            &[sbrp(tight(20.0)), sbrp(ms(&[10.0])), sbrp(tight(30.0))],
+        );
+        assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
+        assert!(
+            l.ours.contains("SBRP-1 10.0 ms (n=1)") && l.ours.contains("1−0 n<2"),
+            "{}",
+            l.ours
+        );
+        let l = ordering_line(
+            "t",
+            8,
+            SbrpFaults::Local,
+            &[
+                sbrp(tight(20.0)),
+                sbrp(Moments::default()),
+                sbrp(tight(30.0)),
+            ],
+        );
+        assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
+        assert!(l.ours.contains("SBRP-1 — (n=0)"), "{}", l.ours);
+    }
+
     #[test]
     fn greedy_permutations_take_the_highest_free_destination() {
         assert_eq!(
@@ -1825,10 +2196,10 @@ mod tests {
                 section("c", "Seed C", &[Match]),
             ],
         ));
-        assert!(full.contains("Summary: 3 match, 1 differ, 1 ours only"));
+        assert!(full.contains("Summary: 3 match, 1 differ, 0 inconclusive, 1 ours only"));
         let fresh = report(
             " --only b --write r.md",
-            vec![section("b", "Seed B", &[Match, Match, Match])],
+            vec![section("b", "Seed B", &[Match, Inconclusive, Match])],
         );
         let spliced = splice(&full, &fresh).unwrap();
         assert!(spliced.starts_with("# Reproduction"), "{spliced}");
@@ -1836,7 +2207,7 @@ mod tests {
         assert!(spliced
             .contains("REGENERATED by `flitctl reproduce --only b --write r.md` (2 s): Seed B."));
         assert!(
-            spliced.contains("Summary: 6 match, 0 differ, 0 ours only"),
+            spliced.contains("Summary: 5 match, 0 differ, 1 inconclusive, 0 ours only"),
             "{spliced}"
         );
         assert_eq!(spliced.matches("Summary:").count(), 1);
@@ -1854,7 +2225,11 @@ mod tests {
         let new = report(" --only d", vec![section("d", "Seed D", &[Differs])]);
         let more = splice(&spliced, &new).unwrap();
         assert!(more.trim_end().ends_with("- d note"), "{more}");
-        assert!(more.contains("Summary: 6 match, 1 differ"));
+        assert!(more.contains("Summary: 5 match, 1 differ, 1 inconclusive"));
+        assert!(
+            more.contains("| b row 1 | 1 | 1 | ≈ inconclusive |"),
+            "{more}"
+        );
         assert!(splice("just some text\n", &new).is_err());
     }
 }
