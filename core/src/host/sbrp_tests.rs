@@ -15,7 +15,7 @@ use crate::link::LinkConfig;
 use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use crate::sim::Fabric;
 use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
-use crate::switch::{Switch, Switching};
+use crate::switch::{Switch, SwitchConfig, Switching};
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -61,6 +61,13 @@ enum Fault {
     /// with [`Around::Dlr`], the controller variant re-routes around
     /// switches only.
     KillLink(PortRef),
+    /// A killed switch comes back as a fresh process: a new [`Switch`]
+    /// (empty buffers, counters at zero) whose links announce a new epoch,
+    /// its neighbours' ports toward it up again (their links resynchronise
+    /// credits against the new epoch), the fault-free tables in it (and,
+    /// under [`Around::Controller`], everywhere: the controller re-routes
+    /// back). Its hosts stay stopped: their flows are lost by definition.
+    RestartSwitch(u32),
 }
 
 /// How the fabric gets around the faults.
@@ -71,14 +78,19 @@ enum Around {
     /// Dynamic local rerouting in every switch (seed 002, k-ary n-trees):
     /// no table ever changes, no controller acts.
     Dlr(DlrConfig),
+    /// Seed 003's faithful mode: the fault-free `local-reroute` tables
+    /// (adaptive minimal ports, e-cube/XY escape, one misroute) and no
+    /// controller; the neighbours of a dead switch learn at once.
+    Local,
 }
 
-fn host_cfg(flits: u32, seed: u64) -> HostConfig {
+/// Host template: all-to-all `rounds` times through every destination.
+fn host_cfg_rounds(flits: u32, seed: u64, rounds: u32) -> HostConfig {
     HostConfig {
         host: 0,
         hosts: 0,
         source: SourceConfig {
-            pattern: TrafficPattern::AllToAll { rounds: 1 },
+            pattern: TrafficPattern::AllToAll { rounds },
             load: OfferedLoad::FlitsPerSecond { rate: 2e7 },
             length: MessageLength::Fixed { flits },
             // One packet per message, as in the thesis.
@@ -144,6 +156,19 @@ fn run_faults(
     faults: &[(u64, Fault)],
     around: Around,
 ) -> Outcome {
+    run_faults_rounds(topo, protocol, flits, faults, around, 1)
+}
+
+/// [`run_faults`] with all-to-all traffic going `rounds` times through
+/// every destination (a longer run, for timelines of several faults).
+fn run_faults_rounds(
+    topo: Topology,
+    protocol: RecoveryProtocol,
+    flits: u32,
+    faults: &[(u64, Fault)],
+    around: Around,
+    rounds: u32,
+) -> Outcome {
     let name = format!(
         "{} {protocol:?} {flits}-flit {faults:?} {around:?}",
         topo.name
@@ -152,9 +177,15 @@ fn run_faults(
         Fault::KillSwitch(s) => Some(*s),
         _ => None,
     });
-    let tables = shortest_path_lfts(&topo);
+    let tables = match around {
+        Around::Local => crate::routing::registry::engine("local-reroute")
+            .unwrap()
+            .route(&topo, &FaultSet::none())
+            .unwrap(),
+        _ => shortest_path_lfts(&topo),
+    };
     let cfg = SimConfig {
-        host: host_cfg(flits, 7),
+        host: host_cfg_rounds(flits, 7, rounds),
         switching: Switching::Wormhole,
         wire_ns: 100,
     };
@@ -183,10 +214,15 @@ fn run_faults(
         }
     }
     f.start(0);
+    let mut epoch = cfg.host.epoch;
     for &(at_ns, fault) in faults {
         f.run_until(at_ns);
         match fault {
             Fault::KillSwitch(dead) => kill_switch(&mut f, &topo, dead, around),
+            Fault::RestartSwitch(s) => {
+                epoch += 1;
+                restart_switch(&mut f, &cfg, &tables, s, epoch, protocol, around);
+            }
             Fault::Corrupt { from, count } => f.corrupt(from, count),
             Fault::KillLink(end) => {
                 assert!(
@@ -205,7 +241,60 @@ fn run_faults(
             }
         }
     }
-    finish(f, &name, n, &dead_hosts, dead)
+    finish(f, &name, n, &dead_hosts, dead, rounds)
+}
+
+/// [`Fault::RestartSwitch`]: switch `s` is replaced by a fresh one with
+/// links of epoch `epoch` and `tables`' entry, and its neighbours' ports
+/// toward it go up again.
+fn restart_switch(
+    f: &mut Fabric<Switch>,
+    cfg: &SimConfig,
+    tables: &crate::routing::RoutingTables,
+    s: u32,
+    epoch: u16,
+    protocol: RecoveryProtocol,
+    around: Around,
+) {
+    let topo = f.topo.clone();
+    let link = &cfg.host.link;
+    let radix = topo.switches[s as usize].ports.len();
+    let sc = SwitchConfig {
+        radix,
+        vcs: link.vcs,
+        buffer_depth: link.buffer_depth,
+        switching: cfg.switching,
+        link: link.clone(),
+        max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
+    };
+    let mut fresh = Switch::with_epoch(sc, epoch).unwrap();
+    for (port, cable) in topo.switches[s as usize].ports.iter().enumerate() {
+        if cable.is_none() {
+            let _ = fresh.set_port_admin(port as u16, false);
+        }
+    }
+    fresh.set_recovery(protocol);
+    if let Around::Dlr(c) = around {
+        let dlr = DlrSwitch::from_topology(c, &topo, s).unwrap();
+        fresh.set_local_reroute(Some(dlr)).unwrap();
+    }
+    f.switches[s as usize] = fresh;
+    let everywhere = matches!(around, Around::Controller);
+    for (id, sw) in f.switches.iter_mut().enumerate() {
+        if everywhere || id == s as usize {
+            sw.install_table(tables.switches[id].clone(), tables.vc_policy(id).clone());
+        }
+    }
+    for p in 0..radix {
+        if let Some(peer) = topo.peer(PortRef::switch(s, p as u16)) {
+            if let NodeRef::Switch(n) = peer.node {
+                f.switches[n as usize]
+                    .set_port_admin(peer.port, true)
+                    .unwrap();
+            }
+        }
+    }
+    f.wake_all();
 }
 
 fn kill_switch(f: &mut Fabric<Switch>, topo: &Topology, dead: u32, around: Around) {
@@ -252,6 +341,7 @@ fn finish(
     n: u32,
     dead_hosts: &[u32],
     dead: Option<u32>,
+    rounds: u32,
 ) -> Outcome {
     // Run until the live hosts are done and recovery has settled, then
     // past the hold window so every sender may release.
@@ -315,8 +405,9 @@ fn finish(
             if src as u32 == me || !live(src as u32) {
                 continue;
             }
-            assert_eq!(seqs, &[0], "{name}: flow {src} -> {me}");
-            out.expected += 1;
+            let want: Vec<u32> = (0..rounds).collect();
+            assert_eq!(seqs, &want, "{name}: flow {src} -> {me}");
+            out.expected += rounds as u64;
             out.delivered += seqs.len() as u64;
         }
         out.resent_flits += r.sbrp.resent_flits;
@@ -582,4 +673,50 @@ fn dlr_alone_loses_what_the_dead_switch_held() {
         );
     });
     assert!(result.is_err(), "DLR alone lost nothing");
+}
+
+/// Kill, restart, kill again (the transient node fault): switch `dead`
+/// SIGKILLed at `kill_ns`, back as a fresh process with a new link epoch
+/// `up_ns` later, killed again `again_ns` after that, while `flits`-flit
+/// messages (one packet each) stream across it, all-to-all `rounds` times.
+fn kill_restart_kill(
+    topo: Topology,
+    protocol: RecoveryProtocol,
+    flits: u32,
+    dead: u32,
+    around: Around,
+    [kill_ns, up_ns, again_ns]: [u64; 3],
+    rounds: u32,
+) -> Outcome {
+    run_faults_rounds(
+        topo,
+        protocol,
+        flits,
+        &[
+            (kill_ns, Fault::KillSwitch(dead)),
+            (kill_ns + up_ns, Fault::RestartSwitch(dead)),
+            (kill_ns + up_ns + again_ns, Fault::KillSwitch(dead)),
+        ],
+        around,
+        rounds,
+    )
+}
+
+#[test]
+fn a_router_killed_again_after_a_restart_loses_nothing() {
+    for around in [Around::Local, Around::Controller] {
+        for p in [RecoveryProtocol::Sbrp0, RecoveryProtocol::Sbrp1] {
+            for flits in [128, 64] {
+                kill_restart_kill(
+                    hypercube(4).unwrap(),
+                    p,
+                    flits,
+                    5,
+                    around,
+                    [20_000, 30_000, 40_000],
+                    3,
+                );
+            }
+        }
+    }
 }
