@@ -665,6 +665,15 @@ impl Link {
         if !up {
             self.stats.rx_dropped_down += self.in_flight.len() as u64;
             self.in_flight.clear();
+            // While disabled we hear nothing, so we no longer know which
+            // incarnation is at the other end: data waits, once re-enabled,
+            // until the peer has shown it knows our epoch. Otherwise a peer
+            // that restarted meanwhile (a switch killed and started again
+            // while the controller held its neighbours' ports down) would
+            // drop our first data datagrams as meant for its old self, and
+            // we would forget them when we learn its new epoch. Once
+            // enabled, our syncs ask the peer to answer at once.
+            self.peer_synced = false;
             // A disabled link does not train; re-enabling starts afresh.
             self.retrain_until = None;
             self.reset_tx = None;
@@ -811,6 +820,14 @@ impl Link {
                 self.stats.max_recovery_ns = self.stats.max_recovery_ns.max(d);
             }
             self.events.push_back(LinkEvent::PeerUp);
+        }
+        if frame
+            .items
+            .iter()
+            .any(|i| matches!(i, Item::Extension { code, .. } if *code == wire::EXT_SYNC_REQUEST))
+        {
+            // The peer waits for our header before it sends data.
+            self.next_sync_at = None;
         }
         let h = frame.header;
         if self.peer_epoch != Some(h.epoch) {
@@ -1240,6 +1257,11 @@ impl Link {
         }
         if self.cfg.bandwidth_flits_per_s.is_some() {
             self.tokens -= sent as u128 * NS_PER_S;
+        }
+        if sync && !self.peer_synced {
+            // Until the peer's header shows it knows us, ask it to answer
+            // (see [`Link::set_admin_up`]).
+            w.push_extension(wire::EXT_SYNC_REQUEST, &[]);
         }
         if sync {
             let mut s = SyncInfo {
@@ -1697,6 +1719,55 @@ mod tests {
     /// propagation delay, never more than all of it; implausible stamps
     /// (the future, over a second old: another machine's clock) get the
     /// full delay; without it no stamp is sent at all.
+    /// A peer that restarts while this end is disabled (a switch killed
+    /// and started again while the controller held its neighbours' ports
+    /// down) gets no data until it has synchronised with this end: before
+    /// the fix the first data datagrams after re-enabling carried the old
+    /// peer epoch, the new peer dropped them as unsynchronised, and this
+    /// end forgot them on learning the new epoch (flits lost silently).
+    #[test]
+    fn no_data_reaches_a_peer_restarted_while_the_link_was_disabled() {
+        let (mut a, b) = connected(cfg());
+        let mut t = 10;
+        a.set_admin_up(false);
+        // b dies and a new b (another epoch) takes its place.
+        drop(b);
+        let mut b = Link::with_epoch(cfg(), 21).unwrap();
+        a.send(flit(0, 0)).unwrap_err();
+        a.set_admin_up(true);
+        a.send(flit(0, 0)).unwrap();
+        a.send(flit(0, 1)).unwrap();
+        // Whatever a sends before it has heard the new b carries no data.
+        let mut buf = Vec::new();
+        while a.poll_transmit(t, &mut buf) {
+            let _ = b.handle_datagram_slice(t, &buf);
+        }
+        assert!(drain(&mut b).is_empty());
+        assert_eq!(
+            a.stats().tx_flits[0],
+            0,
+            "data sent to an unknown incarnation"
+        );
+        t += 1_000;
+        exchange(t, &mut a, &mut b, &mut pass);
+        let got: Vec<u32> = drain(&mut b).iter().map(|f| f.seq).collect();
+        assert_eq!(got, vec![0, 1], "queued flits reach the new peer");
+        assert_eq!(b.stats().rx_overflow, 0);
+        // The same after a plain disable / enable (same peer): one round
+        // trip, then data flows.
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        b.set_admin_up(false);
+        a.set_admin_up(true);
+        b.set_admin_up(true);
+        a.send(flit(0, 5)).unwrap();
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            drain(&mut b).iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![5]
+        );
+    }
+
     #[test]
     fn transit_time_counts_towards_the_propagation_delay() {
         let c = LinkConfig {

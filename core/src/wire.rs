@@ -85,6 +85,14 @@ pub const EXT_SENT_AT: u8 = 0x02;
 /// Bytes of a sent-at extension item (tag, code, length, body).
 pub const SENT_AT_ITEM_LEN: usize = 4 + 8;
 
+/// Extension code of a **sync request** (empty body), in the sync
+/// datagrams of an end not synchronised with its peer (new, restarted, or
+/// re-enabled: a disabled port may have hidden a restart of the peer). It
+/// holds its data until the receiver's header shows it knows the sender's
+/// epoch, so the receiver answers with a sync record at once instead of at
+/// its next keepalive.
+pub const EXT_SYNC_REQUEST: u8 = 0x03;
+
 /// The sent-at stamp of an extension body; `None` if too short.
 pub fn decode_sent_at(body: &[u8]) -> Option<u64> {
     let b: [u8; 8] = body.get(..8)?.try_into().ok()?;

@@ -86,6 +86,13 @@ pub struct SinkStats {
     /// Recovery resends that arrived for a message already delivered.
     #[serde(default)]
     pub redundant_resends: u64,
+    /// Original copies (no retransmission flag) of a message that a resend
+    /// had already completed: the original was reported cut but was only
+    /// held up somewhere (e.g. a head parked at a router until its port
+    /// came back). Discarded, like a redundant resend (spec 003 I2); not a
+    /// duplicate delivery.
+    #[serde(default)]
+    pub stale_originals: u64,
     /// Messages that completed early and were held back for order.
     #[serde(default)]
     pub held_for_order: u64,
@@ -195,7 +202,14 @@ struct Flow {
     held: BTreeMap<u32, (Assembly, u64)>,
     /// Messages delivered from this source.
     count: u64,
+    /// Recent message numbers completed with flits of a recovery resend
+    /// (at most [`MAX_RECOVERED_REMEMBERED`]).
+    recovered: BTreeSet<u32>,
 }
+
+/// Recovered messages a flow remembers, to tell a late original copy of
+/// one from a duplicate.
+const MAX_RECOVERED_REMEMBERED: usize = 1024;
 
 impl Flow {
     fn delivered(&self, seq: u32) -> bool {
@@ -420,11 +434,15 @@ impl Sink {
             open.discard = true;
             return Some(open);
         }
-        if self.flows.get(&src).is_some_and(|f| f.delivered(seq)) {
+        if let Some(flow) = self.flows.get(&src).filter(|f| f.delivered(seq)) {
             if flit.flags & flags::RETRANSMISSION != 0 {
                 // A recovery resend of a message that made it after all
                 // (spec 003 §5.8): expected, and discarded.
                 self.stats.redundant_resends += 1;
+            } else if flow.recovered.contains(&seq) {
+                // The original of a message its resend completed: late,
+                // not doubled; discarded.
+                self.stats.stale_originals += 1;
             } else if flit.packet == 0 {
                 self.stats.duplicate_messages += 1;
                 self.violation(Violation::Duplicate, Some(src), msg);
@@ -508,6 +526,12 @@ impl Sink {
         let msg = message_id(self.cfg.host, seq);
         let flow = self.flows.entry(src).or_default();
         let (late, abandoned) = flow.deliver(seq);
+        if a.recovered {
+            flow.recovered.insert(seq);
+            if flow.recovered.len() > MAX_RECOVERED_REMEMBERED {
+                flow.recovered.pop_first();
+            }
+        }
         self.stats.abandoned_gaps += abandoned;
         if late {
             self.stats.out_of_order_messages += 1;
@@ -659,6 +683,35 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, [Violation::OutOfOrder, Violation::Duplicate]);
+    }
+
+    /// A message completed by a recovery resend, whose original copy
+    /// (held up, not lost) arrives afterwards: discarded and counted as a
+    /// stale original, not as a duplicate; without a resend, a second copy
+    /// is still a duplicate.
+    #[test]
+    fn a_late_original_of_a_recovered_message_is_not_a_duplicate() {
+        let mut s = sink();
+        let original = message(1, 0, 4, 4, 0).remove(0);
+        let mut resend = original.clone();
+        for f in &mut resend {
+            f.flags |= flags::RETRANSMISSION;
+        }
+        feed(&mut s, 10, &resend);
+        assert_eq!(s.stats().delivered_messages, 1);
+        assert_eq!(s.stats().recovered_messages, 1);
+        feed(&mut s, 20, &original);
+        assert_eq!(s.stats().stale_originals, 1);
+        assert_eq!(s.stats().duplicate_messages, 0);
+        assert_eq!(s.stats().delivered_messages, 1);
+        // Message 1 arrives whole the first time: a second copy is a
+        // duplicate.
+        let plain = message(1, 1, 4, 4, 0).remove(0);
+        feed(&mut s, 30, &plain);
+        feed(&mut s, 40, &plain);
+        assert_eq!(s.stats().duplicate_messages, 1);
+        assert_eq!(s.stats().stale_originals, 1);
+        assert_eq!(s.stats().delivered_messages, 2);
     }
 
     #[test]
