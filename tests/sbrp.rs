@@ -108,6 +108,17 @@ fn run_up(protocol: &str, dir: &std::path::Path, args: &[&str]) -> serde_json::V
     report
 }
 
+/// `zero` totals are 0, the run is lossless, and recovery really acted
+/// (recover requests sent, packets resent).
+fn assert_recovered_exactly_once(r: &serde_json::Value, protocol: &str, zero: &[&str]) {
+    for field in zero {
+        assert_eq!(u(r, field), 0, "{protocol}: {field}: {r:#}");
+    }
+    assert_eq!(r["lossless"], true, "{protocol}: {r:#}");
+    assert!(u(r, "recover_requests") > 0, "{protocol}: no RRQ: {r:#}");
+    assert!(u(r, "resent_packets") > 0, "{protocol}: no resend: {r:#}");
+}
+
 /// Whether `args` has `flag` followed by `value`.
 fn fault_args_say(args: &[&str], flag: &str, value: &str) -> bool {
     args.windows(2).any(|w| w[0] == flag && w[1] == value)
@@ -194,12 +205,11 @@ fn check_switch_kill(protocol: &str) {
         "{protocol}: {r:#}"
     );
     assert!(u(&r, "lost_unreachable") > 0, "{protocol}: {r:#}");
-    for field in ["messages_lost", "duplicates", "out_of_order", "retained"] {
-        assert_eq!(u(&r, field), 0, "{protocol}: {field}: {r:#}");
-    }
-    assert_eq!(r["lossless"], true, "{protocol}: {r:#}");
-    assert!(u(&r, "recover_requests") > 0, "{protocol}: no RRQ: {r:#}");
-    assert!(u(&r, "resent_packets") > 0, "{protocol}: no resend: {r:#}");
+    assert_recovered_exactly_once(
+        &r,
+        protocol,
+        &["messages_lost", "duplicates", "out_of_order", "retained"],
+    );
     eprintln!(
         "{protocol}, r07 killed: {} sent, {} lost to/from h07, {} recover requests, {} packets resent",
         u(&r, "messages_sent"),
@@ -280,20 +290,19 @@ fn check_kill_restart_kill(protocol: &str) {
         serde_json::json!(["h24"]),
         "{protocol}: {r:#}"
     );
-    for field in [
-        "messages_lost",
-        "duplicates",
-        "out_of_order",
-        "corrupted",
-        "misdelivered_packets",
-        "retained",
-    ] {
-        assert_eq!(u(&r, field), 0, "{protocol}: {field}: {r:#}");
-    }
-    assert_eq!(r["lossless"], true, "{protocol}: {r:#}");
+    assert_recovered_exactly_once(
+        &r,
+        protocol,
+        &[
+            "messages_lost",
+            "duplicates",
+            "out_of_order",
+            "corrupted",
+            "misdelivered_packets",
+            "retained",
+        ],
+    );
     assert_eq!(r["faults"].as_array().map(Vec::len), Some(2), "{r:#}");
-    assert!(u(&r, "recover_requests") > 0, "{protocol}: no RRQ: {r:#}");
-    assert!(u(&r, "resent_packets") > 0, "{protocol}: no resend: {r:#}");
     eprintln!(
         "{protocol}, r24 killed, restarted, killed: {} sent, {} lost, {} lost to/from h24, {} recover requests, {} packets resent",
         u(&r, "messages_sent"),
