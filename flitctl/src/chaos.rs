@@ -511,21 +511,11 @@ impl Controller<'_> {
                 self.killed_capacity += 2 * topo.radix(node) as u64 * self.buffered_per_port;
                 self.fabric.kill(node).with_context(what)?
             }
-            (ActionKind::RestartSwitch, Target::Switch(s)) => {
-                let node = NodeRef::Switch(s);
-                self.fabric
-                    .restart(node, Duration::from_secs(10))
-                    .with_context(what)?;
-                // A rebooted switch has no table: give it the current ones.
-                let i = self.fabric.daemon_of(node);
-                self.fabric
-                    .client(i)?
-                    .call_ok(Request::InstallTable {
-                        table: self.tables.switches[s as usize].clone(),
-                        vc_policy: self.tables.vc_policy(s as usize).clone(),
-                    })
-                    .with_context(what)?;
-            }
+            // A rebooted switch has no table: it gets the current ones.
+            (ActionKind::RestartSwitch, Target::Switch(s)) => self
+                .fabric
+                .restart_switch(s, &self.tables, Duration::from_secs(10))
+                .with_context(what)?,
             (kind, target) => anyhow::bail!("{}: {kind:?} does not apply to {target:?}", what()),
         }
         let record = self.events.record_at(

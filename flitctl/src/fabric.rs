@@ -12,7 +12,7 @@ use flitnet_core::control::{
     DaemonConfig, DataTransport, FabricParams, PortPeer, Request, Role, TrafficSpec,
 };
 use flitnet_core::routing::RoutingTables;
-use flitnet_core::topology::{LinkId, NodeRef, PortRef, Topology};
+use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::control::ControlClient;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -178,6 +178,14 @@ impl Swap {
                 "quiesced".into()
             }
         };
+    }
+}
+
+/// The request that installs switch `s`'s table from `tables`.
+fn install_request(tables: &RoutingTables, s: SwitchId) -> Request {
+    Request::InstallTable {
+        table: tables.switches[s as usize].clone(),
+        vc_policy: tables.vc_policy(s as usize).clone(),
     }
 }
 
@@ -554,10 +562,7 @@ impl Fabric {
                 let NodeRef::Switch(s) = n else {
                     unreachable!()
                 };
-                Request::InstallTable {
-                    table: tables.switches[s as usize].clone(),
-                    vc_policy: tables.vc_policy(s as usize).clone(),
-                }
+                install_request(tables, s)
             },
         )?;
         Ok(())
@@ -739,6 +744,22 @@ impl Fabric {
         d.dead = false;
         self.wait_one_ready(i, Instant::now() + timeout)?;
         self.save_state()
+    }
+
+    /// Starts a killed switch again ([`Fabric::restart`]) and installs its
+    /// table from `tables`: a rebooted switch has none.
+    pub fn restart_switch(
+        &mut self,
+        s: SwitchId,
+        tables: &RoutingTables,
+        timeout: Duration,
+    ) -> Result<()> {
+        let node = NodeRef::Switch(s);
+        self.restart(node, timeout)?;
+        self.client(self.daemon_of(node))?
+            .call_ok(install_request(tables, s))
+            .with_context(|| format!("installing {}'s table", self.topo.node_name(node)))?;
+        Ok(())
     }
 
     /// Brings every port of a switch down or up at once (an administrative

@@ -983,16 +983,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         if let (Some(after), Some(s)) = (args.restart_after, step) {
             progress.sleep_until(&fabric, at + after);
             let node = NodeRef::Switch(s);
-            fabric.restart(node, Duration::from_secs(10))?;
-            // A rebooted switch has no table: the initial ones (the
-            // controller does not re-route in this mode).
-            fabric
-                .client(fabric.daemon_of(node))?
-                .call_ok(Request::InstallTable {
-                    table: tables.switches[s as usize].clone(),
-                    vc_policy: tables.vc_policy(s as usize).clone(),
-                })
-                .context("installing the restarted switch's table")?;
+            // The initial tables (the controller does not re-route in
+            // this mode).
+            fabric.restart_switch(s, &tables, Duration::from_secs(10))?;
             if args.notify_neighbours {
                 for live in neighbour_ports(&topo, s) {
                     fabric.set_port(live, true)?;
