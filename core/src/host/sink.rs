@@ -216,10 +216,17 @@ impl Flow {
         seq < self.watermark || self.above.contains(&seq) || self.held.contains_key(&seq)
     }
 
-    /// Records delivery of `seq`; returns (out of order, message numbers
-    /// given up on to keep within the reorder window).
-    fn deliver(&mut self, seq: u32) -> (bool, u64) {
+    /// Records delivery of `seq` (`recovered`: completed with flits of a
+    /// recovery resend); returns (out of order, message numbers given up
+    /// on to keep within the reorder window).
+    fn deliver(&mut self, seq: u32, recovered: bool) -> (bool, u64) {
         self.count += 1;
+        if recovered {
+            self.recovered.insert(seq);
+            if self.recovered.len() > MAX_RECOVERED_REMEMBERED {
+                self.recovered.pop_first();
+            }
+        }
         let late = self.highest.is_some_and(|h| seq < h);
         self.highest = Some(self.highest.map_or(seq, |h| h.max(seq)));
         self.above.insert(seq);
@@ -525,13 +532,7 @@ impl Sink {
     fn deliver(&mut self, now: u64, src: HostId, seq: u32, a: Assembly) {
         let msg = message_id(self.cfg.host, seq);
         let flow = self.flows.entry(src).or_default();
-        let (late, abandoned) = flow.deliver(seq);
-        if a.recovered {
-            flow.recovered.insert(seq);
-            if flow.recovered.len() > MAX_RECOVERED_REMEMBERED {
-                flow.recovered.pop_first();
-            }
-        }
+        let (late, abandoned) = flow.deliver(seq, a.recovered);
         self.stats.abandoned_gaps += abandoned;
         if late {
             self.stats.out_of_order_messages += 1;
@@ -799,10 +800,10 @@ mod tests {
         let mut f = Flow::default();
         // Message 0 never arrives.
         for seq in 1..=(REORDER_WINDOW as u32) {
-            assert_eq!(f.deliver(seq), (false, 0));
+            assert_eq!(f.deliver(seq, false), (false, 0));
         }
         assert_eq!(f.above.len(), REORDER_WINDOW);
-        assert_eq!(f.deliver(REORDER_WINDOW as u32 + 1), (false, 1));
+        assert_eq!(f.deliver(REORDER_WINDOW as u32 + 1, false), (false, 1));
         assert!(f.above.is_empty());
         assert_eq!(f.watermark, REORDER_WINDOW as u32 + 2);
         assert!(

@@ -1402,16 +1402,15 @@ impl Switch {
         tail
     }
 
-    /// Flits this switch holds or has sent on without their credits back:
-    /// buffered in input VCs (including the local one), received and not
-    /// yet taken, sent on without their credits back (queued on a link —
-    /// a queued flit has taken its credit —, on the wire or downstream) —
-    /// for live links —, and recover requests waiting for the local input.
-    /// Each flit counts once here (one in the next switch's buffer is
-    /// counted there too). 0 in a drained fabric; the controller waits for
-    /// 0 everywhere before it swaps tables under quiesced reconfiguration
-    /// (docs/chaos.md). Parked RRQs are not counted: they wait for new
-    /// tables or a port, outside the network.
+    /// Flits of this switch still in the network: buffered in its input
+    /// VCs (the local one too), received and not yet taken, and, on live
+    /// links, sent without their credits back (which covers flits queued
+    /// on the link: a queued flit has taken its credit), plus recover
+    /// requests waiting for the local input. A flit in the next switch's
+    /// buffer is counted there too; only 0 matters. 0 in a drained fabric:
+    /// the controller waits for 0 everywhere before it swaps tables under
+    /// quiesced reconfiguration (docs/chaos.md). Parked RRQs are not
+    /// counted: they wait for new tables or a port, outside the network.
     pub fn in_flight_flits(&self) -> u64 {
         let buffered: usize = self.inputs.iter().map(|i| i.len()).sum();
         let links: u64 = self
