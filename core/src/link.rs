@@ -116,6 +116,37 @@ impl Default for LinkConfig {
     }
 }
 
+/// The extension items of one datagram the link layer acts on (others
+/// are skipped), found in one pass over its items.
+#[derive(Clone, Copy, Debug, Default)]
+struct Extensions {
+    /// A link reset's generation and cause.
+    link_reset: Option<(u16, u8)>,
+    /// The sender's clock when it wrote the datagram.
+    sent_at: Option<u64>,
+    /// The sender waits for our header before it sends data.
+    sync_request: bool,
+}
+
+impl Extensions {
+    fn of(items: &[Item]) -> Self {
+        let mut ext = Extensions::default();
+        for i in items {
+            if let Item::Extension { code, body } = i {
+                match *code {
+                    wire::EXT_LINK_RESET => {
+                        ext.link_reset = ext.link_reset.or(wire::decode_link_reset(body))
+                    }
+                    wire::EXT_SENT_AT => ext.sent_at = ext.sent_at.or(wire::decode_sent_at(body)),
+                    wire::EXT_SYNC_REQUEST => ext.sync_request = true,
+                    _ => {}
+                }
+            }
+        }
+        ext
+    }
+}
+
 /// A sent-at stamp older than this is taken for another machine's clock
 /// ([`LinkConfig::count_transit`]).
 const MAX_TRUSTED_TRANSIT_NS: u64 = 1_000_000_000;
@@ -775,16 +806,10 @@ impl Link {
         }
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += data.len() as u64;
+        let ext = Extensions::of(&frame.items);
         // With link error recovery off, a link reset is an unknown
         // extension like any other (skipped).
-        let reset = frame.items.iter().find_map(|i| match i {
-            Item::Extension { code, body }
-                if *code == wire::EXT_LINK_RESET && self.cfg.retrain_ns > 0 =>
-            {
-                wire::decode_link_reset(body)
-            }
-            _ => None,
-        });
+        let reset = ext.link_reset.filter(|_| self.cfg.retrain_ns > 0);
         if self.retrain_until.is_some() {
             // Everything is dropped while retraining; a reset from the peer
             // (both ends detected an error) is noted so that its repeats,
@@ -821,11 +846,7 @@ impl Link {
             }
             self.events.push_back(LinkEvent::PeerUp);
         }
-        if frame
-            .items
-            .iter()
-            .any(|i| matches!(i, Item::Extension { code, .. } if *code == wire::EXT_SYNC_REQUEST))
-        {
+        if ext.sync_request {
             // The peer waits for our header before it sends data.
             self.next_sync_at = None;
         }
@@ -875,7 +896,7 @@ impl Link {
         if has_sync && (h.seq.wrapping_sub(self.rx_seq.floor) as i32) > 0 {
             self.rx_seq.floor = h.seq;
         }
-        let due = self.propagation_due(now, &frame.items);
+        let due = self.propagation_due(now, ext.sent_at);
         for item in frame.items.drain(..) {
             self.in_flight.push_back((due, item));
         }
@@ -883,21 +904,15 @@ impl Link {
     }
 
     /// When items received at `now` become visible: after the propagation
-    /// delay, less the transit time the sender's stamp shows when
+    /// delay, less the transit time the sender's stamp `sent_at` shows when
     /// [`LinkConfig::count_transit`] is on (never before `now`, never later
     /// than without the stamp).
-    fn propagation_due(&self, now: u64, items: &[Item]) -> u64 {
+    fn propagation_due(&self, now: u64, sent_at: Option<u64>) -> u64 {
         let full = now.saturating_add(self.cfg.propagation_ns);
         if !self.cfg.count_transit || self.cfg.propagation_ns == 0 {
             return full;
         }
-        let sent = items.iter().find_map(|i| match i {
-            Item::Extension { code, body } if *code == wire::EXT_SENT_AT => {
-                wire::decode_sent_at(body)
-            }
-            _ => None,
-        });
-        match sent {
+        match sent_at {
             Some(at) if at <= now && now - at <= MAX_TRUSTED_TRANSIT_NS => {
                 at.saturating_add(self.cfg.propagation_ns).max(now)
             }
@@ -1792,19 +1807,18 @@ mod tests {
         // (sent at, received at) -> visible at
         let cases = [
             // 3 us on the way: 2 us of emulated wire left.
-            (0u64, 3_000u64, Some(5_000u64)),
+            (0u64, 3_000u64, 5_000u64),
             // Longer on the way than the wire: visible at once.
-            (0, 7_000, Some(7_000)),
+            (0, 7_000, 7_000),
             // A stamp from the future: full delay after arrival.
-            (9_000, 1_000, Some(6_000)),
+            (9_000, 1_000, 6_000),
         ];
-        for (sent, received, visible) in cases {
+        for (sent, received, at) in cases {
             let (mut a, mut b, t) = connected_at(&c);
             a.send(flit(0, 0)).unwrap();
             let mut buf = Vec::new();
             assert!(a.poll_transmit(t + sent, &mut buf));
             b.handle_datagram_slice(t + received, &buf).unwrap();
-            let at = visible.unwrap();
             if at > received {
                 assert!(b.poll_received().is_none(), "{sent}/{received}: early");
                 b.handle_timeout(t + at - 1);
