@@ -206,6 +206,10 @@ pub struct Totals {
     /// Mean latency of the recovered messages, µs (0 when none).
     #[serde(default)]
     pub recovered_latency_mean_us: f64,
+    /// Their latency's count, sum and sum of squares over every host, ns
+    /// (exact mean and variance, for confidence intervals).
+    #[serde(default)]
+    pub recovered_latency_moments_ns: flitnet_core::host::histogram::Moments,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -379,6 +383,9 @@ impl RunReport {
             t.rrq_from_receivers += u(r, &["sbrp", "rrq_sent"]);
             t.resent_packets += u(r, &["sbrp", "resent_packets"]);
             t.duplicate_flits += u(r, &["sink", "duplicate_flits"]);
+            if let Ok(m) = serde_json::from_value(r["recovered_latency_moments_ns"].clone()) {
+                t.recovered_latency_moments_ns.merge(&m);
+            }
             let n = u(r, &["recovered_latency_ns", "count"]);
             if n > 0 {
                 rec_n += n;

@@ -1254,7 +1254,6 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         .collect();
     argv.push("--run-dir".into());
     argv.push(run_dir.display().to_string());
-    let reports = run_dir.join("reports.json");
     argv.push("--progress".into());
     argv.push("never".into());
     let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(&argv)
@@ -1264,21 +1263,7 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         .with_context(|| cmd.to_string())?
         .run;
     let t = &r.totals;
-    // The per-host reports `up` saved: the recovered messages' latency
-    // moments (the totals carry only their mean).
-    let saved: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(&reports).with_context(|| format!("reading {}", reports.display()))?,
-    )
-    .with_context(|| format!("parsing {}", reports.display()))?;
-    let mut latency = Moments::default();
-    for r in saved.as_object().into_iter().flat_map(|o| o.values()) {
-        if let Some(m) = r.get("recovered_latency_moments_ns") {
-            let m: Moments = serde_json::from_value(m.clone()).with_context(|| {
-                format!("recovered_latency_moments_ns in {}", reports.display())
-            })?;
-            latency.merge(&m);
-        }
-    }
+    let latency = t.recovered_latency_moments_ns;
     anyhow::ensure!(
         latency.count == t.recovered_messages,
         "{cmd}: the hosts report {} recovered messages but latency moments of {} (a hostd older than flitctl? rebuild both)",
