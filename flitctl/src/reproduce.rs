@@ -1335,7 +1335,12 @@ fn seed003(quick: bool) -> Result<Section> {
     // Six runs per cell (one per router pair) in full mode: about 15
     // minutes in all on a 2-core machine; the latency intervals narrow
     // with the square root of the messages recovered.
-    let runs_per_cell = if quick { 1 } else { 6 };
+    let pairs_per_cell = if quick { 1 } else { 6 };
+    // Each router pair (local) or the one link (controller) runs under
+    // several traffic seeds: the ordering is tested on per-run means,
+    // paired across protocols, so the runs are its sample.
+    let local_seeds: &[u64] = if quick { &[1] } else { &[1, 2] };
+    let controller_seeds: &[u64] = &[1, 2, 3, 4];
     let duration = if quick { "2s" } else { "3s" };
     // One run per cell in quick mode: at the full runs' load a router kill
     // finds no 128-flit worm crossing it in about one run of five (the CI
@@ -1360,18 +1365,20 @@ fn seed003(quick: bool) -> Result<Section> {
             let mut setups = Vec::new();
             match mode {
                 SbrpFaults::Local => {
-                    for pair in &routers[..runs_per_cell] {
+                    for pair in &routers[..pairs_per_cell] {
                         let perm = dir.join(format!("through-{}.txt", pair.join("-")));
                         std::fs::write(&perm, transit_permutation(&topo, pair, 8)?)
                             .with_context(|| format!("writing {}", perm.display()))?;
                         let [r1, r2] = pair;
-                        setups.push((
-                            perm,
-                            format!("<flows through {r1} or {r2}>"),
-                            format!(
-                                "--engine local-reroute --recovery none --buffer-depth 8 --dead-after 3s --load {local_load} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms"
-                            ),
-                        ));
+                        for seed in local_seeds {
+                            setups.push((
+                                perm.clone(),
+                                format!("<flows through {r1} or {r2}>"),
+                                format!(
+                                    "--engine local-reroute --recovery none --buffer-depth 8 --dead-after 3s --load {local_load} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms --seed {seed}"
+                                ),
+                            ));
+                        }
                     }
                 }
                 SbrpFaults::Controller => {
@@ -1379,31 +1386,37 @@ fn seed003(quick: bool) -> Result<Section> {
                     let perm = dir.join(format!("{a}-{b}.txt"));
                     std::fs::write(&perm, crossing_permutation(&topo, a, b, 8)?)
                         .with_context(|| format!("writing {}", perm.display()))?;
-                    setups.push((
-                        perm,
-                        format!("<flows crossing {a}–{b}>"),
-                        format!("--load {ctl_load} --kill-link {kill} --kill-at 1s"),
-                    ));
+                    for seed in controller_seeds {
+                        setups.push((
+                            perm.clone(),
+                            format!("<flows crossing {a}–{b}>"),
+                            format!(
+                                "--load {ctl_load} --kill-link {kill} --kill-at 1s --seed {seed}"
+                            ),
+                        ));
+                    }
                 }
             }
             for ml in [8u32, 128] {
-                let mut runs = Vec::new();
+                // Per protocol: its runs in setup order (the same faults,
+                // flows and seed at each index for every protocol).
+                let mut runs: Vec<Vec<SbrpRun>> = Vec::new();
+                let mut totals = Vec::new();
                 for proto in protocols {
                     let mut cmds = Vec::new();
-                    let mut total: Option<SbrpRun> = None;
+                    let mut each = Vec::new();
                     for (k, (perm, what_flows, faults)) in setups.iter().enumerate() {
                         let cmd = format!(
                             "flitctl up {file} --pattern permutation:FILE --message-flits {ml} --max-packet-flits {ml} --bandwidth 20000 --duration {duration} {faults} --recovery-protocol {proto}"
                         );
                         let tag = format!("{}-{ml}-{proto}-{k}", mode.label().replace(' ', "-"));
-                        let run = sbrp_up(&cmd, perm, dir.join(tag))?;
-                        total = Some(match total {
-                            None => run,
-                            Some(t) => t.plus(&run),
-                        });
+                        each.push(sbrp_up(&cmd, perm, dir.join(tag))?);
                         cmds.push(cmd.replace("FILE", what_flows));
                     }
-                    let run = total.context("no run")?;
+                    let run = each
+                        .iter()
+                        .skip(1)
+                        .fold(each.first().context("no run")?.clone(), |t, r| t.plus(r));
                     let ok = run.lost == 0 && run.duplicates == 0 && run.retained == 0;
                     let runs_note = if setups.len() > 1 {
                         format!("{} runs, summed", setups.len())
@@ -1427,34 +1440,39 @@ fn seed003(quick: bool) -> Result<Section> {
                         .cmd(cmds.join(" ; "))
                         .note(runs_note),
                     );
-                    runs.push(run);
+                    totals.push(run);
+                    runs.push(each);
                 }
                 lines.push(ordering_line(name, ml, mode, &runs));
-                lines.extend(overhead_line(name, ml, mode, &runs));
+                lines.extend(overhead_line(name, ml, mode, &totals));
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     let mut notes = vec![
         format!(
-            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}), the same for every protocol; figures summed over them, the recovered messages' latencies pooled.",
-            if runs_per_cell > 1 { format!("{runs_per_cell} runs") } else { "One run".to_string() },
+            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}, each under traffic seeds {}), the same for every protocol; counts summed over them.",
+            match pairs_per_cell * local_seeds.len() {
+                1 => "One run".to_string(),
+                n => format!("{n} runs"),
+            },
             cases
                 .iter()
                 .map(|c| format!(
                     "{}: {}",
                     c.0,
-                    c.2[..runs_per_cell]
+                    c.2[..pairs_per_cell]
                         .iter()
                         .map(|p| p.join("+"))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))
                 .collect::<Vec<_>>()
-                .join("; ")
+                .join("; "),
+            local_seeds.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
         ),
         "Corrupted-message latency is generation to delivery of the messages that needed a resend; n is how many there were. \"Lost\" is not delivered when the report was taken (the drain waits for the senders' hold windows). Only the dead router's own host is cut off, and no flow starts or ends there.".into(),
-        "Latency orderings are tested, not read off sorted means: each protocol's mean is printed ± the half-width of its 95 % t interval (n − 1 degrees of freedom), then, for every pair the paper orders (faster first), the difference of the means with its 95 % Welch interval (Welch–Satterthwaite degrees of freedom; the hosts report each recovered message's latency as count, sum and sum of squares, pooled over the cell's runs). ✔ match: every ordered pair's interval lies below 0 (if a pair were in truth tied or reversed, its interval would lie below 0 by chance at most 2.5 % of the time, so a false match is at most 2.5 % likely); ✘ differs: at least one pair's interval lies above 0, the paper's order significantly reversed (by chance at most 2.5 % per pair, 7.5 % over the three pairs, if the paper's order or a tie were true); ≈ inconclusive otherwise, including a protocol with fewer than 2 recovered messages. The intervals treat recovered messages as independent; messages recovered after the same router kill share its timing, and runs differ (different routers, different flows), so the intervals are if anything too narrow: an inconclusive cell means the samples cannot tell, not that the protocols are equally fast.".into(),
+        "Latency orderings are tested on runs, not on messages: a run is one fault schedule under one traffic seed, and every protocol runs the same schedules. Each protocol's mean is over its recovered messages (n, pooled), with how many runs recovered any; then, for every pair the paper orders (faster first), the mean over runs of the difference of the two protocols' per-run mean latencies, with its 95 % t interval (m − 1 degrees of freedom, m = the runs in which both recovered a message). Messages recovered after one kill share its timing, so they are not independent samples; runs are. ✔ match: every ordered pair's interval lies below 0 (if a pair were in truth tied or reversed, its interval would lie below 0 by chance at most 2.5 % of the time); ✘ differs: at least one pair's interval lies above 0, the paper's order significantly reversed (by chance at most 2.5 % per pair if the paper's order or a tie were true); ≈ inconclusive otherwise, including a pair with fewer than 2 such runs.".into(),
     ];
     if !quick {
         notes.push("Controller re-routing rows (ours, not the thesis's: its fault handling is local): a link killed once after 1 s, the controller re-routing (up*/down*), 16-flit buffers, load 0.4 per flow on the 4-cube, 0.2 on the mesh, up to 8 flows crossing that link. There a resend waits for the controller's new tables (a resend sent earlier would be cut again at the dead link), which dominates the latency and varies run to run.".into());
@@ -1586,26 +1604,28 @@ fn t95(df: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// Half-width of the 95 % t interval of a mean; `None` below 2 samples.
-fn mean_half_width(m: &Moments) -> Option<f64> {
-    (m.count >= 2).then(|| t95(m.count as f64 - 1.0) * (m.variance() / m.count as f64).sqrt())
-}
-
-/// mean(a) − mean(b) and the half-width of its 95 % Welch interval
-/// (Welch–Satterthwaite degrees of freedom); no interval below 2 samples
-/// on either side.
-fn welch(a: &Moments, b: &Moments) -> (f64, Option<f64>) {
-    let d = a.mean() - b.mean();
-    if a.count < 2 || b.count < 2 {
-        return (d, None);
+/// The paired comparison of two protocols over the same runs: the mean
+/// over runs of mean latency(a) − mean latency(b), counting only the runs
+/// in which both recovered a message, with the half-width of its 95 % t
+/// interval (m − 1 degrees of freedom; none below 2 such runs) and m.
+fn paired(a: &[SbrpRun], b: &[SbrpRun]) -> (f64, Option<f64>, usize) {
+    let mut d = Moments::default();
+    let mut diffs = Vec::new();
+    for (x, y) in a.iter().zip(b) {
+        if x.latency.count > 0 && y.latency.count > 0 {
+            diffs.push(x.latency.mean() - y.latency.mean());
+        }
     }
-    let (va, vb) = (a.variance() / a.count as f64, b.variance() / b.count as f64);
-    let se2 = va + vb;
-    if se2 == 0.0 {
-        return (d, Some(0.0));
+    // Moments records integers: sum the f64 differences by hand.
+    let m = diffs.len();
+    if m == 0 {
+        return (0.0, None, 0);
     }
-    let df = se2 * se2 / (va * va / (a.count as f64 - 1.0) + vb * vb / (b.count as f64 - 1.0));
-    (d, Some(t95(df) * se2.sqrt()))
+    d.count = m as u64;
+    d.sum = diffs.iter().sum();
+    d.sum_sq = diffs.iter().map(|v| v * v).sum();
+    let half = (m >= 2).then(|| t95(m as f64 - 1.0) * (d.variance() / m as f64).sqrt());
+    (d.mean(), half, m)
 }
 
 /// Where one ordered pair of a latency ordering stands.
@@ -1641,9 +1661,10 @@ fn ordering_verdict(pairs: &[PairOrder]) -> Verdict {
 }
 
 /// The thesis's latency ordering for corrupted messages (Figs 80 and 82),
-/// tested pair by pair with 95 % Welch intervals of the difference of the
-/// mean latencies (`runs`: SBRP-0, 1, 2, each pooled over the cell's runs).
-fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Line {
+/// tested pair by pair on runs ([`paired`]); `runs`: SBRP-0, 1, 2, each
+/// protocol's runs in the same order (the same fault schedule and traffic
+/// seed at each index).
+fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[Vec<SbrpRun>]) -> Line {
     let names = ["SBRP-0", "SBRP-1", "SBRP-2"];
     // The paper's order, fastest first, as indices into `runs`.
     let (paper, order) = if ml <= 8 {
@@ -1652,20 +1673,22 @@ fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Lin
         ("SBRP-1 < SBRP-2 < SBRP-0 (Fig. 82, ML 128)", [1, 2, 0])
     };
     let ms = |x: f64| x / 1e6;
+    let pooled = |i: usize| {
+        runs[i].iter().fold(Moments::default(), |mut m, r| {
+            m.merge(&r.latency);
+            m
+        })
+    };
+    let with_any = |i: usize| runs[i].iter().filter(|r| r.latency.count > 0).count();
     let means = order
         .iter()
         .map(|&i| {
-            let m = &runs[i].latency;
-            match mean_half_width(m) {
-                Some(h) => format!(
-                    "{} {:.1} ± {:.1} ms (n={})",
-                    names[i],
-                    ms(m.mean()),
-                    ms(h),
-                    m.count
-                ),
-                None if m.count == 1 => format!("{} {:.1} ms (n=1)", names[i], ms(m.mean())),
-                None => format!("{} — (n=0)", names[i]),
+            let m = pooled(i);
+            let of = format!("{} of {} runs", with_any(i), runs[i].len());
+            if m.count == 0 {
+                format!("{} — (n=0, {of})", names[i])
+            } else {
+                format!("{} {:.1} ms (n={}, {of})", names[i], ms(m.mean()), m.count)
             }
         })
         .collect::<Vec<_>>()
@@ -1675,13 +1698,13 @@ fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Lin
     let mut stats_pairs = Vec::new();
     for (x, &i) in order.iter().enumerate() {
         for &j in &order[x + 1..] {
-            let (d, half) = welch(&runs[i].latency, &runs[j].latency);
+            let (d, half, m) = paired(&runs[i], &runs[j]);
             let p = pair_order(d, half);
             pairs.push(p);
             let short = format!("{}−{}", &names[i][5..], &names[j][5..]);
             diffs.push(match half {
                 Some(h) => format!(
-                    "{short} {:+.1} [{:+.1}, {:+.1}]{}",
+                    "{short} {:+.1} [{:+.1}, {:+.1}] (m={m}){}",
                     ms(d),
                     ms(d - h),
                     ms(d + h),
@@ -1691,25 +1714,29 @@ fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Lin
                         PairOrder::Unclear => "",
                     }
                 ),
-                None => format!("{short} n<2"),
+                None => format!("{short} m={m} < 2"),
             });
             stats_pairs.push(serde_json::json!({
                 "faster": names[i],
                 "slower": names[j],
                 "diff_ms": ms(d),
                 "ci95_ms": half.map(|h| [ms(d - h), ms(d + h)]),
+                "runs_paired": m,
             }));
         }
     }
     let verdict = ordering_verdict(&pairs);
     let stats = serde_json::json!({
         "protocols": order.iter().map(|&i| {
-            let m = &runs[i].latency;
+            let m = pooled(i);
             serde_json::json!({
                 "protocol": names[i],
                 "n": m.count,
                 "mean_ms": ms(m.mean()),
-                "ci95_half_ms": mean_half_width(m).map(ms),
+                "runs": runs[i].iter().map(|r| serde_json::json!({
+                    "n": r.latency.count,
+                    "mean_ms": ms(r.latency.mean()),
+                })).collect::<Vec<_>>(),
             })
         }).collect::<Vec<_>>(),
         "pairs": stats_pairs,
@@ -1725,7 +1752,7 @@ fn ordering_line(name: &str, ml: u32, mode: SbrpFaults, runs: &[SbrpRun]) -> Lin
         ),
         paper,
         format!(
-            "{means}; paper-ordered differences, ms (95 % Welch CI): {}",
+            "{means}; paper-ordered differences of per-run means, ms (95 % t CI over m paired runs): {}",
             diffs.join(", ")
         ),
     )
@@ -2080,19 +2107,22 @@ mod tests {
     }
 
     #[test]
-    fn welch_intervals_match_a_worked_example() {
-        // a: mean 20, s² 10 (n 5); b: mean 15, s² 2.5 (n 5):
-        // se² = 2 + 0.5 = 2.5, df = 2.5² / (2²/4 + 0.5²/4) = 5.88.
-        let a = ms(&[16.0, 18.0, 20.0, 22.0, 24.0]);
-        let b = ms(&[13.0, 14.0, 15.0, 16.0, 17.0]);
-        let (d, h) = welch(&a, &b);
-        assert!((d - 5e6).abs() < 1e-3, "{d}");
-        let h = h.unwrap();
-        let want = t95(6.25 / 1.0625) * 2.5f64.sqrt() * 1e6;
-        assert!((h - want).abs() < 1.0, "{h} vs {want}");
-        assert!(h > 3.8e6 && h < 3.9e6, "{h}");
-        // Below two samples there is no interval.
-        assert_eq!(welch(&ms(&[1.0]), &b).1, None);
+    fn paired_intervals_match_a_worked_example() {
+        // Per-run means a: 20, 22, 24, 30; b: 15, 18, 19, (none).
+        // Differences 5, 4, 5 over m = 3 runs: mean 14/3, s² = 1/3.
+        let a = [20.0, 22.0, 24.0, 30.0].map(|v| sbrp(ms(&[v - 1.0, v + 1.0])));
+        let mut b = [15.0, 18.0, 19.0].map(|v| sbrp(ms(&[v]))).to_vec();
+        b.push(sbrp(Moments::default()));
+        let (d, h, m) = paired(&a, &b);
+        assert_eq!(m, 3);
+        assert!((d - 14e6 / 3.0).abs() < 1e-3, "{d}");
+        let want = t95(2.0) * (1.0f64 / 3.0 / 3.0).sqrt() * 1e6;
+        assert!((h.unwrap() - want).abs() < 1.0, "{h:?} vs {want}");
+        // t(2) = 4.303: half-width 1.434 ms.
+        assert!((h.unwrap() - 1.434e6).abs() < 1e3, "{h:?}");
+        // One paired run: a difference but no interval; none: nothing.
+        assert_eq!(paired(&a[..1], &b[..1]).1, None);
+        assert_eq!(paired(&a[..1], &b[3..]).2, 0);
     }
 
     #[test]
@@ -2111,60 +2141,71 @@ mod tests {
             ordering_verdict(&[Unclear, Reversed, Unclear]),
             Verdict::Differs
         );
-        // ML 128, paper SBRP-1 < SBRP-2 < SBRP-0; runs are SBRP-0, 1, 2.
-        let tight = |c: f64| ms(&[c - 0.2, c - 0.1, c, c + 0.1, c + 0.2]);
-        let clear = [sbrp(tight(30.0)), sbrp(tight(10.0)), sbrp(tight(20.0))];
+        // Five runs per protocol, each run's mean near the protocol's
+        // centre c (run k shifted by k ms for every protocol alike: the
+        // pairing removes it). ML 128, paper SBRP-1 < SBRP-2 < SBRP-0;
+        // runs are SBRP-0, 1, 2.
+        let runs = |c: f64, jitter: f64| {
+            (0..5)
+                .map(|k| {
+                    let v = c + k as f64 + if k % 2 == 0 { jitter } else { -jitter };
+                    sbrp(ms(&[v - 3.0, v + 3.0]))
+                })
+                .collect::<Vec<_>>()
+        };
+        let clear = [runs(30.0, 0.1), runs(10.0, 0.0), runs(20.0, 0.1)];
         let l = ordering_line("t", 128, SbrpFaults::Local, &clear);
         assert_eq!(l.verdict, Verdict::Match, "{}", l.ours);
         assert!(
             l.ours
-                .starts_with("SBRP-1 10.0 ± 0.2 ms (n=5), SBRP-2 20.0"),
+                .starts_with("SBRP-1 12.0 ms (n=10, 5 of 5 runs), SBRP-2 22.0"),
             "{}",
             l.ours
         );
-        assert!(l.ours.contains("1−2 -10.0 [-10.2, -9.8] ✔"), "{}", l.ours);
+        assert!(l.ours.contains("1−2 -10.0 ["), "{}", l.ours);
+        assert!(l.ours.contains("(m=5) ✔"), "{}", l.ours);
         let stats = l.stats.unwrap();
         assert_eq!(stats["pairs"].as_array().unwrap().len(), 3);
-        assert_eq!(stats["protocols"][0]["n"], 5);
+        assert_eq!(stats["pairs"][0]["runs_paired"], 5);
+        assert_eq!(stats["protocols"][0]["n"], 10);
+        assert_eq!(stats["protocols"][0]["runs"].as_array().unwrap().len(), 5);
         // SBRP-2 clearly slower than SBRP-0: reversed.
-        let swapped = [sbrp(tight(20.0)), sbrp(tight(10.0)), sbrp(tight(30.0))];
+        let swapped = [runs(20.0, 0.1), runs(10.0, 0.0), runs(30.0, 0.1)];
         let l = ordering_line("t", 128, SbrpFaults::Local, &swapped);
         assert_eq!(l.verdict, Verdict::Differs, "{}", l.ours);
-        assert!(l.ours.contains("2−0 +10.0 [+9.8, +10.2] ✘"), "{}", l.ours);
-        // Means in the paper's order but spread wide, or one message only:
-        // too few to tell, whatever the sorted means say.
-        let wide = |c: f64| ms(&[c - 15.0, c, c + 15.0]);
+        assert!(l.ours.contains("2−0 +10.0 ["), "{}", l.ours);
+        assert!(l.ours.contains("✘"), "{}", l.ours);
+        // Means in the paper's order but the per-run differences spread
+        // wide: too few runs to tell, whatever the pooled means say.
         let l = ordering_line(
             "t",
             128,
             SbrpFaults::Local,
-            &[sbrp(wide(30.0)), sbrp(wide(20.0)), sbrp(wide(25.0))],
+            &[runs(30.0, 12.0), runs(20.0, 0.0), runs(25.0, -12.0)],
         );
         assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
+        // One run per protocol: no interval, however far apart.
+        let one = |c: f64| vec![sbrp(ms(&[c, c + 1.0]))];
         let l = ordering_line(
             "t",
             8,
             SbrpFaults::Local,
-            &[sbrp(tight(20.0)), sbrp(ms(&[10.0])), sbrp(tight(30.0))],
+            &[one(20.0), one(10.0), one(30.0)],
         );
         assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
-        assert!(
-            l.ours.contains("SBRP-1 10.0 ms (n=1)") && l.ours.contains("1−0 n<2"),
-            "{}",
-            l.ours
-        );
+        assert!(l.ours.contains("1−0 m=1 < 2"), "{}", l.ours);
         let l = ordering_line(
             "t",
             8,
             SbrpFaults::Local,
             &[
-                sbrp(tight(20.0)),
-                sbrp(Moments::default()),
-                sbrp(tight(30.0)),
+                runs(20.0, 0.1),
+                vec![sbrp(Moments::default()); 5],
+                runs(30.0, 0.1),
             ],
         );
         assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
-        assert!(l.ours.contains("SBRP-1 — (n=0)"), "{}", l.ours);
+        assert!(l.ours.contains("SBRP-1 — (n=0, 0 of 5 runs)"), "{}", l.ours);
     }
 
     #[test]
