@@ -23,10 +23,15 @@ pub enum DropReason {
     /// switch has no escape VC set: the fabric has fewer VCs than the
     /// packet's route needs.
     LegVc,
+    /// The head waited at the front of its input VC, ungranted, for the
+    /// switch's head-of-queue lifetime (InfiniBand's HOQ lifetime, Disha's
+    /// `t_deadlock`): presumed deadlocked, it is discarded with the rest of
+    /// its worm (and, under SBRP, its source is asked for a resend).
+    HoqLifetime,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::NoRoute,
         DropReason::BadRoute,
         DropReason::BadVc,
@@ -34,6 +39,7 @@ impl DropReason {
         DropReason::BadDatagram,
         DropReason::Orphan,
         DropReason::LegVc,
+        DropReason::HoqLifetime,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +51,7 @@ impl DropReason {
             DropReason::BadDatagram => "bad-datagram",
             DropReason::Orphan => "orphan",
             DropReason::LegVc => "leg-vc",
+            DropReason::HoqLifetime => "hoq-lifetime",
         }
     }
 }
@@ -60,6 +67,8 @@ pub struct DropCounters {
     pub orphan: u64,
     #[serde(default)]
     pub leg_vc: u64,
+    #[serde(default)]
+    pub hoq_lifetime: u64,
 }
 
 impl DropCounters {
@@ -72,6 +81,7 @@ impl DropCounters {
             DropReason::BadDatagram => self.bad_datagram,
             DropReason::Orphan => self.orphan,
             DropReason::LegVc => self.leg_vc,
+            DropReason::HoqLifetime => self.hoq_lifetime,
         }
     }
 
@@ -84,6 +94,7 @@ impl DropCounters {
             DropReason::BadDatagram => &mut self.bad_datagram,
             DropReason::Orphan => &mut self.orphan,
             DropReason::LegVc => &mut self.leg_vc,
+            DropReason::HoqLifetime => &mut self.hoq_lifetime,
         };
         *c += n;
     }
@@ -166,6 +177,15 @@ pub struct SwitchCounters {
     /// Dynamic FT²EI (seed 000 §4.5–§4.6), when on.
     #[serde(default)]
     pub ft2ei: Ft2eiCounters,
+    /// Packets discarded for waiting longer than the head-of-queue
+    /// lifetime (the flits are in `drops.hoq_lifetime`).
+    #[serde(default)]
+    pub hoq_discards: u64,
+    /// Longest a head waited at the front of an input VC for an output VC
+    /// and was then granted one, ns (what ordinary congestion costs; the
+    /// head-of-queue lifetime must stay well above it).
+    #[serde(default)]
+    pub head_wait_max_ns: u64,
 }
 
 /// What the dynamic FT²EI protocol did on one switch.

@@ -56,6 +56,9 @@ pub struct InputVc {
     /// took no credit from the link, so the link may still fill `depth`
     /// slots behind it (a peer declared dead that speaks again).
     pub synthetic_tail: bool,
+    /// When the head at the front started waiting for an output VC (None
+    /// while no head waits): the head-of-queue lifetime runs from here.
+    pub waiting_since: Option<u64>,
 }
 
 impl InputVc {
@@ -66,6 +69,7 @@ impl InputVc {
             depth: depth as usize,
             track: None,
             synthetic_tail: false,
+            waiting_since: None,
         }
     }
 

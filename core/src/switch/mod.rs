@@ -226,6 +226,13 @@ pub struct Switch {
     /// tracks it, and if its head died too nobody else will report it).
     shadows: Vec<VecDeque<(u64, Tracked)>>,
     sbrp: SbrpSwitchCounters,
+    /// Head-of-queue lifetime (ns), when on: see
+    /// [`Switch::set_head_of_queue_lifetime`].
+    hoq_lifetime_ns: Option<u64>,
+    /// The earliest instant a waiting head's lifetime runs out, as of the
+    /// last allocation pass (a head granted since leaves it early: one
+    /// spurious wake-up, after which the next pass recomputes it).
+    hoq_next: Option<u64>,
 }
 
 /// What this switch did for SBRP.
@@ -320,6 +327,8 @@ impl Switch {
             rrq_parked: VecDeque::new(),
             shadows: vec![VecDeque::new(); cfg.radix * vcs],
             sbrp: SbrpSwitchCounters::default(),
+            hoq_lifetime_ns: None,
+            hoq_next: None,
             cfg,
         })
     }
@@ -339,6 +348,31 @@ impl Switch {
 
     pub fn sbrp_counters(&self) -> &SbrpSwitchCounters {
         &self.sbrp
+    }
+
+    /// Deadlock recovery by a head-of-queue lifetime, as InfiniBand
+    /// switches do (HOQ lifetime) and as Disha's `t_deadlock` (spec 003
+    /// §5.10): a head that has waited at the front of its input VC for an
+    /// output VC for `lifetime_ns` (`Some`) without being granted one is
+    /// presumed deadlocked and discarded with the rest of its worm (the
+    /// flits here and those still arriving, each credited back upstream),
+    /// counted as [`DropReason::HoqLifetime`]. With SBRP on, its source is
+    /// asked for a resend at once, as for a head local rerouting cannot
+    /// route; a recover request that waits that long is started afresh
+    /// from the local input instead. `None` (the default) turns it off.
+    ///
+    /// A setter (as [`Switch::set_recovery`]) rather than a
+    /// [`SwitchConfig`] field: it is a policy of the recovery layer, and
+    /// the simulator and its tests build `SwitchConfig` field by field.
+    /// The time comes from the switch's inputs (`now` of the last datagram
+    /// or timeout); the deadline is part of [`Switch::poll_timeout`].
+    pub fn set_head_of_queue_lifetime(&mut self, lifetime_ns: Option<u64>) {
+        self.hoq_lifetime_ns = lifetime_ns.filter(|&l| l > 0);
+        self.pump();
+    }
+
+    pub fn head_of_queue_lifetime(&self) -> Option<u64> {
+        self.hoq_lifetime_ns
     }
 
     /// Flits that may be lost between C's count and A (`max_ca`, spec 003
@@ -557,11 +591,13 @@ impl Switch {
         None
     }
 
-    /// Earliest time any port needs `handle_timeout` or `poll_transmit`.
+    /// Earliest time any port needs `handle_timeout` or `poll_transmit`,
+    /// or a waiting head's lifetime runs out.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
+            .chain(self.hoq_next)
             .min()
     }
 
@@ -1073,6 +1109,38 @@ impl Switch {
         Decision::Drop(DropReason::PortDown)
     }
 
+    /// The head-of-queue lifetime applied to `decision`, the allocation
+    /// just made for the head at the front of input VC `i`: a head that
+    /// must wait starts its clock (or keeps it running), and one that has
+    /// waited `hoq_lifetime_ns` is dropped instead ([`DropReason::HoqLifetime`]);
+    /// a grant or a drop stops the clock. The earliest end of a running
+    /// clock is kept in `hoq_next` for [`Switch::poll_timeout`]: no scan of
+    /// the input VCs beyond the allocation pass that decides them anyway.
+    fn head_of_queue(&mut self, i: usize, decision: Decision) -> Decision {
+        let now = self.now;
+        let Decision::Wait { .. } = decision else {
+            if let Some(since) = self.inputs[i].waiting_since.take() {
+                if matches!(decision, Decision::Grant { .. }) {
+                    let waited = now.saturating_sub(since);
+                    let max = &mut self.counters.head_wait_max_ns;
+                    *max = (*max).max(waited);
+                }
+            }
+            return decision;
+        };
+        let since = *self.inputs[i].waiting_since.get_or_insert(now);
+        let Some(lifetime) = self.hoq_lifetime_ns else {
+            return decision;
+        };
+        let end = since.saturating_add(lifetime);
+        if now >= end {
+            self.inputs[i].waiting_since = None;
+            return Decision::Drop(DropReason::HoqLifetime);
+        }
+        self.hoq_next = Some(self.hoq_next.map_or(end, |t| t.min(end)));
+        decision
+    }
+
     /// Settles the front of input VC `i` until it is a flit ready to
     /// request an output (returns the output and VC) or must wait.
     fn resolve_front(&mut self, i: usize) -> Option<(usize, u8)> {
@@ -1160,6 +1228,7 @@ impl Switch {
                     } else {
                         self.decide(i, f)
                     };
+                    let decision = self.head_of_queue(i, decision);
                     match decision {
                         Decision::Wait { on_credits } => {
                             if let Some((out, out_vc)) = on_credits {
@@ -1193,18 +1262,23 @@ impl Switch {
                                 started: false,
                             };
                         }
-                        Decision::Drop(DropReason::PortDown)
-                            if self.recovery.is_on()
-                                && track.is_some_and(|t| t.is_rrq)
-                                && self.rrq_pending.len() + self.rrq_parked.len()
-                                    < MAX_PENDING_RRQS =>
+                        Decision::Drop(
+                            reason @ (DropReason::PortDown | DropReason::HoqLifetime),
+                        ) if self.recovery.is_on()
+                            && track.is_some_and(|t| t.is_rrq)
+                            && self.rrq_pending.len() + self.rrq_parked.len()
+                                < MAX_PENDING_RRQS =>
                         {
                             let mut f = self.pop_input(i)?;
-                            if self.dlr_may_route_afresh(i) {
+                            if reason == DropReason::HoqLifetime || self.dlr_may_route_afresh(i) {
                                 // DLR could not continue this RRQ's detour
-                                // (its way back died): route it anew from
-                                // here, in the normal layer. Should that
-                                // fail too, it is parked (local input).
+                                // (its way back died), or it waited out the
+                                // head-of-queue lifetime (presumed
+                                // deadlocked: out of the buffer it goes):
+                                // route it anew from here, in the normal
+                                // layer. Should that fail too, it is parked
+                                // (local input) or waits out the lifetime
+                                // again.
                                 if let Some(h) = f.head.as_mut() {
                                     h.dlr_port_field = 0;
                                     h.route_flags &= !route_flags::LOCAL_MISROUTED;
@@ -1222,7 +1296,9 @@ impl Switch {
                         }
                         Decision::Drop(reason) => {
                             let f = self.pop_input(i)?;
-                            if reason == DropReason::PortDown && self.recovery.is_on() {
+                            let resend =
+                                matches!(reason, DropReason::PortDown | DropReason::HoqLifetime);
+                            if resend && self.recovery.is_on() {
                                 // Its route leads to a dead port: nothing of
                                 // the packet passed, so ask for all of it
                                 // (from its head). Controller routing: once
@@ -1231,12 +1307,22 @@ impl Switch {
                                 // the resend is routed afresh around what is
                                 // dead now, unless the destination itself is
                                 // cut off or the packet was already resent
-                                // `DLR_EAGER_RESENDS` times.
-                                let park = !self.dlr_may_route_afresh(i)
-                                    || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS);
+                                // `DLR_EAGER_RESENDS` times. A head that
+                                // waited out its lifetime: at once, always
+                                // (its route is alive, and no new table or
+                                // port coming back would unpark the request;
+                                // each round costs a lifetime, so no storm).
+                                let park = reason == DropReason::PortDown
+                                    && (!self.dlr_may_route_afresh(i)
+                                        || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS));
                                 if let Some(t) = track {
                                     self.queue_rrq(t, park);
                                 }
+                            }
+                            if reason == DropReason::HoqLifetime {
+                                // Reported by the `Dropped` event below
+                                // (switchd logs it).
+                                self.counters.hoq_discards += 1;
                             }
                             let (p, vc) = (i / vcs, (i % vcs) as u8);
                             self.count_drop(p, vc, reason, 1, msg);
@@ -1260,6 +1346,9 @@ impl Switch {
         let mut next = std::mem::take(&mut self.next_requesters);
         let mut grants = std::mem::take(&mut self.grants);
         let mut scan_all = true;
+        // The first round examines every input VC, so every head still
+        // waiting registers its lifetime's end again (`head_of_queue`).
+        self.hoq_next = None;
         loop {
             scan_all |= self.feed_local_input();
             next.clear();
