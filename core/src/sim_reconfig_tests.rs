@@ -371,6 +371,7 @@ fn run(case: &Case, how: Swap) -> (Fabric<Switch>, Outcome) {
             protocol: case.protocol,
             resend_delay_ns: 2_000,
             report_delay_ns: 0,
+            switch_report_delay_ns: 0,
             nft_wait_ns: 100_000,
             max_receiver_rrqs: 8,
         };

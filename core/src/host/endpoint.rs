@@ -705,8 +705,14 @@ impl HostEndpoint {
         };
         self.sbrp_stats.resent_packets += 1;
         self.sbrp_stats.resent_flits += resend.len as u64;
-        self.sender
-            .schedule(now.saturating_add(self.sbrp_cfg.resend_delay_ns), resend);
+        // The software overhead (spec 003 §5.9): the resending handler's,
+        // plus node C's recover handler when C made the RRQ (the switch
+        // keeps no timer for it; see `SbrpConfig`).
+        let mut overhead = self.sbrp_cfg.resend_delay_ns;
+        if !sbrp::rrq_from_receiver(rrq) {
+            overhead = overhead.saturating_add(self.sbrp_cfg.switch_report_delay_ns);
+        }
+        self.sender.schedule(now.saturating_add(overhead), resend);
         // Forget SSNFs of released messages now and then.
         if self.sbrp_stats.resent_packets % 256 == 0 {
             let retained = self.source.retained();
@@ -1229,5 +1235,74 @@ mod tests {
         c.hosts = 1;
         let e = HostEndpoint::new(c).unwrap_err();
         assert!(e.to_string().starts_with("host 1:"), "{e}");
+    }
+
+    /// The software overhead (spec 003 §5.9) delays the resend: an RRQ a
+    /// switch made (node C) costs C's handler and the sender's, one the
+    /// receiver made only the sender's (the receiver paid its own before
+    /// sending it); the resend does not start a nanosecond earlier.
+    #[test]
+    fn a_resend_waits_for_the_software_overhead() {
+        use super::super::message::message_id;
+        use crate::host::sbrp::{receiver_rrq_flit, rrq_flit, RecoveryProtocol};
+        let one = |host| {
+            let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
+            c.source.length = MessageLength::Fixed { flits: 8 };
+            c.source.max_packet_flits = 8;
+            c.source.max_messages = Some(1);
+            c.source.release = ReleasePolicy::HoldFor {
+                hold_ns: 1_000_000_000,
+            };
+            let mut e = HostEndpoint::new(c).unwrap();
+            e.set_recovery(SbrpConfig {
+                protocol: RecoveryProtocol::Sbrp1,
+                resend_delay_ns: 380,
+                report_delay_ns: 260,
+                switch_report_delay_ns: 260,
+                ..SbrpConfig::default()
+            })
+            .unwrap();
+            e
+        };
+        let [mut a, _b] = run_endpoints([one(0), one(1)], 500, 50_000_000);
+        assert_eq!(a.source().retained().len(), 1, "host 0 keeps its message");
+        let msg = message_id(1, 0);
+        let resent = |a: &HostEndpoint| a.sbrp_stats().resent_packets;
+        let started = |a: &HostEndpoint| {
+            a.lanes
+                .iter()
+                .flatten()
+                .any(|p| p.msg.id == msg && p.submsg > 0)
+        };
+
+        // Node C's RRQ: C's handler (260) + the sender's (380).
+        let t = 60_000_000;
+        a.on_rrq(t, &rrq_flit(1, 0, msg, 0, 0, 3, 0, t));
+        assert_eq!(resent(&a), 1);
+        assert_eq!(a.sender.next_due(), Some(t + 640));
+        a.handle_timeout(t + 639);
+        assert!(!started(&a) && a.sender.pending() == 1, "resent too early");
+        a.handle_timeout(t + 640);
+        assert_eq!(a.sender.pending(), 0, "not resent when due");
+        assert!(started(&a) || a.link().queued() > 0);
+        let mut buf = Vec::new();
+        while a.poll_transmit(t + 640, &mut buf) {}
+
+        // The receiver's RRQ about the resend: the sender's 380 only.
+        let t = 70_000_000;
+        a.on_rrq(t, &receiver_rrq_flit(1, 0, msg, 0, 1, 5, 0, t));
+        assert_eq!(resent(&a), 2);
+        assert_eq!(a.sender.next_due(), Some(t + 380));
+        a.handle_timeout(t + 379);
+        assert_eq!(a.sender.pending(), 1, "resent too early");
+        a.handle_timeout(t + 380);
+        assert_eq!(a.sender.pending(), 0, "not resent when due");
+    }
+
+    /// With no overhead configured for C (the default), a switch's RRQ is
+    /// served after the sender's own delay only, as before the field.
+    #[test]
+    fn a_switch_rrq_costs_nothing_extra_by_default() {
+        assert_eq!(SbrpConfig::default().switch_report_delay_ns, 0);
     }
 }

@@ -61,6 +61,24 @@ impl RecoveryProtocol {
 }
 
 /// Host-side SBRP parameters.
+///
+/// **Software overhead** (spec 003 §5.9, docs/sbrp.md "Software overhead
+/// model"): every recovery event costs handler time, which the host models
+/// with its sans-IO timers (no clock is read):
+/// - the sender's resending handler (`T_r + T_o`, 19 J-Machine cycles):
+///   `resend_delay_ns` between an RRQ's arrival and the resend's start;
+/// - the receiver's recover handler in SBRP-2 (`L + T_s + T_w`, 13 cycles):
+///   `report_delay_ns` between the NFT and the RRQ;
+/// - node C's recover handler in SBRP-0/1 (`L + T_s + T_w` as well):
+///   `switch_report_delay_ns`. The switch half keeps no timer for it, so
+///   the sender charges it on an RRQ a switch made (see
+///   [`rrq_from_receiver`]), before its own `resend_delay_ns`: the RRQ
+///   reaches the sender that much earlier, the resend starts at the same
+///   instant as if C had waited (the RRQ's network trip, one flit on the
+///   control path, is the same either way).
+///
+/// The thesis's other figure, "100 simulator cycles" per recovery, is the
+/// lump `resend_delay_ns` = 100 cycles with both reporter delays 0.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SbrpConfig {
     pub protocol: RecoveryProtocol,
@@ -69,6 +87,12 @@ pub struct SbrpConfig {
     pub resend_delay_ns: u64,
     /// The receiver's recover-handler overhead before its RRQ (SBRP-2).
     pub report_delay_ns: u64,
+    /// Node C's recover-handler overhead (SBRP-0/1, and SBRP-2's head-loss
+    /// RRQ): charged by the sender on an RRQ a switch made, on top of
+    /// `resend_delay_ns`. 0 (the default) keeps C's RRQ free of software
+    /// time, as before this field existed.
+    #[serde(default)]
+    pub switch_report_delay_ns: u64,
     /// After an NFT leaves a packet incomplete, how long the receiver waits
     /// for the resend before it asks itself (R-4, spec 003 §8 item 3; in
     /// SBRP-2 this is the retry period after the first RRQ).
@@ -85,6 +109,7 @@ impl Default for SbrpConfig {
             protocol: RecoveryProtocol::None,
             resend_delay_ns: 1_000,
             report_delay_ns: 1_000,
+            switch_report_delay_ns: 0,
             nft_wait_ns: 200_000,
             max_receiver_rrqs: 12,
         }
@@ -321,7 +346,9 @@ impl ReceiverRecovery {
             } else {
                 from
             };
-            out.push_back(rrq_flit(me, src, msg, packet, c.ssnf, from, vc, now));
+            out.push_back(receiver_rrq_flit(
+                me, src, msg, packet, c.ssnf, from, vc, now,
+            ));
             sent += 1;
             c.rrqs += 1;
             // Exponential back-off: on real processes the resend may wait
@@ -365,6 +392,41 @@ pub fn rrq_flit(
         }),
         payload: Bytes::new(),
     }
+}
+
+/// `head.msg_flits` of an RRQ a receiver made (a switch's RRQ, built by
+/// [`rrq_flit`], says 1). An RRQ's length is meaningless otherwise (it is
+/// one flit whatever the field says), so the field tells the sender who
+/// reported, without a new wire field: the sender charges node C's
+/// software overhead ([`SbrpConfig::switch_report_delay_ns`]) only on RRQs
+/// that are not marked.
+pub const RECEIVER_RRQ_MSG_FLITS: u32 = 2;
+
+/// An RRQ made by the receiver (SBRP-2, or the R-4 fallback): [`rrq_flit`]
+/// marked with [`RECEIVER_RRQ_MSG_FLITS`].
+#[allow(clippy::too_many_arguments)]
+pub fn receiver_rrq_flit(
+    reporter: HostId,
+    to: HostId,
+    msg: u64,
+    packet: u32,
+    ssnf: u16,
+    from: u32,
+    vc: u8,
+    now: u64,
+) -> Flit {
+    let mut f = rrq_flit(reporter, to, msg, packet, ssnf, from, vc, now);
+    if let Some(h) = f.head.as_mut() {
+        h.msg_flits = RECEIVER_RRQ_MSG_FLITS;
+    }
+    f
+}
+
+/// Whether an RRQ was made by the receiver rather than by a switch (C).
+pub fn rrq_from_receiver(f: &Flit) -> bool {
+    f.head
+        .as_ref()
+        .is_some_and(|h| h.msg_flits == RECEIVER_RRQ_MSG_FLITS)
 }
 
 /// Whether a flit is an RRQ (it goes to the sender half, not the sink).
@@ -421,5 +483,55 @@ mod tests {
             s.judge(RecoveryProtocol::Sbrp0, &r0, 0, 128),
             RrqVerdict::Resend { from: 0, ssnf: 1 }
         );
+    }
+
+    /// SBRP-2's receiver sends its RRQ `report_delay_ns` after the NFT (its
+    /// recover handler's software overhead), not before, and marks it as
+    /// the receiver's; a switch's RRQ is not marked.
+    #[test]
+    fn the_receivers_rrq_waits_for_its_handler() {
+        let cfg = SbrpConfig {
+            protocol: RecoveryProtocol::Sbrp2,
+            report_delay_ns: 260,
+            ..SbrpConfig::default()
+        };
+        let mut r = ReceiverRecovery::new(2);
+        let head = Flit {
+            kind: FlitKind::Head,
+            vc: 1,
+            flags: 0,
+            msg: 7,
+            packet: 0,
+            seq: 0,
+            head: Some(Head {
+                dst: 3,
+                src: 9,
+                msg_flits: 16,
+                ..Head::default()
+            }),
+            payload: Bytes::new(),
+        };
+        assert!(!r.observe(1_000, &cfg, &head));
+        let nft = Flit {
+            kind: FlitKind::Tail,
+            flags: flags::NON_FINAL_TAIL,
+            seq: 5,
+            head: None,
+            ..head.clone()
+        };
+        assert!(r.observe(2_000, &cfg, &nft));
+        assert_eq!(r.next_due(), Some(2_260));
+        let p = Packetiser {
+            max_packet_flits: 16,
+        };
+        let mut out = VecDeque::new();
+        let missing = |_, _, _, _| Some(5);
+        assert_eq!(r.due_rrqs(2_259, 3, &cfg, &p, 0, missing, &mut out), 0);
+        assert!(out.is_empty(), "RRQ before the handler's overhead");
+        assert_eq!(r.due_rrqs(2_260, 3, &cfg, &p, 0, missing, &mut out), 1);
+        let rrq = out.pop_front().unwrap();
+        assert!(is_rrq(&rrq) && rrq_from_receiver(&rrq));
+        assert_eq!((rrq.seq, rrq.head.as_ref().unwrap().dst), (5, 9));
+        assert!(!rrq_from_receiver(&rrq_flit(3, 9, 7, 0, 0, 5, 0, 0)));
     }
 }

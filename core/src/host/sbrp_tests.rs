@@ -200,6 +200,7 @@ fn run_faults_rounds(
         // The reporter's overhead is left out on both sides (C's RRQ leaves
         // at once), so that the variants differ only by protocol.
         report_delay_ns: 0,
+        switch_report_delay_ns: 0,
         nft_wait_ns: 100_000,
         max_receiver_rrqs: 8,
     };

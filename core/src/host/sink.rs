@@ -140,6 +140,12 @@ pub struct Delivery {
     pub at_ns: u64,
     pub src: HostId,
     pub msg: u64,
+    /// Generation to delivery (ns).
+    #[serde(default)]
+    pub latency_ns: u64,
+    /// A resend completed the message (a corrupted message, spec 003 §6.2).
+    #[serde(default)]
+    pub recovered: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -559,6 +565,8 @@ impl Sink {
                 at_ns: now,
                 src,
                 msg,
+                latency_ns,
+                recovered: a.recovered,
             });
         }
         self.push_event(SinkEvent::Delivered {

@@ -195,6 +195,10 @@ pub struct Source {
     front_taken: u32,
     retained: RetainedStore,
     stats: SourceStats,
+    /// Destinations known to be down: arrivals that draw one are not
+    /// generated (spec 003 §3.6 #12, "no message is sent from or to a
+    /// faulty node"; [`Source::set_destination_down`]).
+    down: std::collections::BTreeSet<HostId>,
 }
 
 impl Source {
@@ -256,6 +260,7 @@ impl Source {
             queue: VecDeque::new(),
             front_taken: 0,
             stats: SourceStats::default(),
+            down: std::collections::BTreeSet::new(),
             cfg,
         })
     }
@@ -361,12 +366,28 @@ impl Source {
         }
     }
 
+    /// Marks `dst` as down (or up again): while it is down, an arrival
+    /// that draws it generates nothing (the thesis's traffic model, spec
+    /// 003 §3.6 #12: nobody sends to a faulty node). Messages already
+    /// generated for it are not withdrawn. The draw itself is unchanged, so
+    /// the other destinations see the same sequence of arrivals.
+    pub fn set_destination_down(&mut self, dst: HostId, down: bool) {
+        if down {
+            self.down.insert(dst);
+        } else {
+            self.down.remove(&dst);
+        }
+    }
+
     /// Generates one message born at `born`; false if the pattern is
     /// exhausted.
     fn generate(&mut self, born: u64) -> bool {
         let Some(dst) = self.destinations.next_destination(&mut self.rng) else {
             return false;
         };
+        if self.down.contains(&dst) {
+            return true;
+        }
         let flits = self.cfg.length.sample(&mut self.rng);
         let seq = self.next_seq.entry(dst).or_insert(0);
         let msg = Message {
