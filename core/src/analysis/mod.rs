@@ -2,3 +2,4 @@
 
 pub mod dlr_connectivity;
 pub mod intermediate;
+pub mod sbrp_ordering;
