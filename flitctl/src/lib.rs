@@ -16,6 +16,7 @@ pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod reproduce;
+pub mod reproduce_sbrp_sim;
 pub mod route;
 pub mod run;
 pub mod scenario;
