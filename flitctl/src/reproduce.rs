@@ -65,13 +65,14 @@ pub struct ReproduceArgs {
 }
 
 /// Section ids, in report order.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "004-table2",
     "004-table3",
     "002-connectivity",
     "000-ft2ei",
     "001-routing",
     "003-sbrp",
+    crate::reproduce_sbrp_sim::ID,
 ];
 
 /// How our number relates to the paper's.
@@ -1831,7 +1832,8 @@ pub fn reproduce(
             "002-connectivity" => seed002(quick, threads)?,
             "000-ft2ei" => seed000(quick, threads)?,
             "001-routing" => seed001(quick)?,
-            _ => seed003(quick)?,
+            "003-sbrp" => seed003(quick)?,
+            _ => crate::reproduce_sbrp_sim::section(quick, threads)?,
         });
     }
     Ok(Report {
