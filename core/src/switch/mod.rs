@@ -51,6 +51,40 @@ pub enum Switching {
     VirtualCutThrough,
 }
 
+/// Buffer drains in the default head-of-queue lifetime
+/// ([`default_head_of_queue_lifetime_ns`]).
+pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 1024;
+
+/// The head-of-queue lifetime (see [`Switch::set_head_of_queue_lifetime`])
+/// for links of `bandwidth_flits_per_s` (None: unpaced, taken as 1 µs per
+/// flit) and input buffers of `buffer_depth` flits:
+/// [`HOQ_LIFETIME_BUFFER_DRAINS`] times the time one full input buffer
+/// takes to drain at link rate (`buffer_depth` flit times).
+///
+/// Why that long: a head that is not deadlocked waits for the worm that
+/// holds its output VC, which moves as soon as the worm ahead of it does.
+/// Behind a hot spot a head waits for every packet that is ahead of it for
+/// that output (the other `(radix − 1) × vcs` input VCs, each up to a full
+/// buffer, and as many again at each congested hop after it), so ordinary
+/// waits are tens of buffer drains; 1024 leaves an order of magnitude and
+/// more above them (in the simulator's fault-free 7×7 mesh at twice the
+/// seed 003 load no head waited more than 1/240 of it: `sim_hoq_tests`,
+/// 680 ns of 164 µs). A deadlocked
+/// head never moves, so a longer lifetime only delays its recovery. On the
+/// daemons' real links (20,000 flits/s, 8-flit buffers) this is 410 ms,
+/// well inside SBRP's hold window (2 × dead-after + 500 ms).
+pub fn default_head_of_queue_lifetime_ns(
+    bandwidth_flits_per_s: Option<u64>,
+    buffer_depth: u16,
+) -> u64 {
+    let flit_ns = bandwidth_flits_per_s
+        .filter(|&b| b > 0)
+        .map_or(1_000, |b| (1_000_000_000 / b).max(1));
+    HOQ_LIFETIME_BUFFER_DRAINS
+        .saturating_mul(buffer_depth.max(1) as u64)
+        .saturating_mul(flit_ns)
+}
+
 /// Static parameters of a switch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwitchConfig {
@@ -1521,6 +1555,13 @@ impl Switch {
             .iter()
             .map(|i| (i.state, i.buf.front()))
             .collect()
+    }
+
+    /// Recover requests parked until new tables or a port back up (for
+    /// tests that account for every message).
+    #[cfg(test)]
+    pub(crate) fn parked_rrqs(&self) -> impl Iterator<Item = &Flit> {
+        self.rrq_parked.iter()
     }
 
     /// Flits buffered in input VC `vc` of `port` (for tests and metrics).
