@@ -14,4 +14,6 @@ pub mod topology;
 pub mod wire;
 
 #[cfg(test)]
+mod sim_hoq_tests;
+#[cfg(test)]
 mod sim_reconfig_tests;
