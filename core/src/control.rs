@@ -98,6 +98,11 @@ pub struct FabricParams {
     /// are only counted). docs/wire.md, "Link errors and retraining".
     #[serde(default = "default_link_retrain_ns")]
     pub link_retrain_ns: u64,
+    /// Switches' head-of-queue lifetime, ns: a head that waits this long
+    /// for an output VC is discarded (deadlock recovery, docs/sbrp.md
+    /// "Deadlock"); None (the default) = off.
+    #[serde(default)]
+    pub head_of_queue_lifetime_ns: Option<u64>,
 }
 
 fn default_link_retrain_ns() -> u64 {
@@ -133,6 +138,7 @@ impl Default for FabricParams {
             recovery: Default::default(),
             transport: DataTransport::Udp,
             link_retrain_ns: crate::link::DEFAULT_RETRAIN_NS,
+            head_of_queue_lifetime_ns: None,
         }
     }
 }

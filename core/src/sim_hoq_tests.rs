@@ -357,6 +357,9 @@ fn two_dead_routers_in_one_mesh_column_wedge_local_rerouting() {
     eprintln!("without a lifetime: {o:?}");
     let w = o.wedge.expect("the fabric did not wedge");
     assert!(w.in_flight > 0 && w.queued > 0, "{w:?}");
+    assert!(w.at_ns - w.since_ns >= WEDGE_NS, "{w:?}");
+    // Most live routers hold flits that no longer move.
+    assert!(2 * w.holding > w.live, "{w:?}");
     assert_eq!(o.hoq_discards, 0);
 }
 

@@ -274,6 +274,7 @@ impl Bench {
             recovery: Default::default(),
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
+            head_of_queue_lifetime_ns: None,
         }
     }
 
@@ -709,6 +710,7 @@ impl Bench {
             recovery: Default::default(),
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
+            head_of_queue_lifetime_ns: None,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());

@@ -196,6 +196,18 @@ pub fn run(args: RunArgs) -> Result<()> {
             description.params.vcs
         );
     }
+    // The head-of-queue lifetime is a fabric parameter: the daemons were
+    // configured with it by `flitctl compose --hoq-lifetime` (`run` only
+    // attaches to them).
+    if crate::up::needs_hoq_lifetime(&tables.engine, description.params.recovery)
+        && description.params.head_of_queue_lifetime_ns.is_none()
+    {
+        tracing::warn!(
+            "local-reroute with a recovery protocol and no head-of-queue lifetime: the \
+             fabric can deadlock around faults (docs/sbrp.md \"Deadlock\"); configure \
+             the daemons with `flitctl compose --hoq-lifetime 400ms`"
+        );
+    }
     let started = Instant::now();
     let daemons = description
         .daemons

@@ -331,6 +331,10 @@ pub struct FabricSection {
     /// How the controller swaps tables when it re-routes: `auto`, `live`
     /// or `quiesced` (docs/chaos.md, "Quiesced reconfiguration").
     pub reconfiguration: crate::fabric::ReconfigurationChoice,
+    /// Switches' head-of-queue lifetime (deadlock recovery: a head that
+    /// waits this long for an output VC is discarded with its worm and,
+    /// under SBRP, resent; docs/sbrp.md "Deadlock"). Absent or 0: off.
+    pub head_of_queue_lifetime: Option<Time>,
 }
 
 impl Default for FabricSection {
@@ -346,6 +350,7 @@ impl Default for FabricSection {
             transport: DataTransport::Udp,
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
             reconfiguration: Default::default(),
+            head_of_queue_lifetime: None,
         }
     }
 }
@@ -367,6 +372,10 @@ impl FabricSection {
             recovery: Default::default(),
             transport: self.transport,
             link_retrain_ns: self.link_retrain.0.as_nanos() as u64,
+            head_of_queue_lifetime_ns: self
+                .head_of_queue_lifetime
+                .map(|t| t.0.as_nanos() as u64)
+                .filter(|&ns| ns > 0),
         }
     }
 }

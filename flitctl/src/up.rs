@@ -83,6 +83,54 @@ pub struct FabricArgs {
     /// recovery, losses are only counted (docs/wire.md).
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     pub link_retrain: Duration,
+    /// Switches' head-of-queue lifetime: a head that waits this long for
+    /// an output VC is presumed deadlocked and discarded with its worm
+    /// (resent by SBRP; docs/sbrp.md "Deadlock"). `auto`: on, at
+    /// 128 buffer drains (128 × buffer depth × flit time, at least 50 ms;
+    /// 51 ms at 20,000 flits/s and 8-flit buffers), only with
+    /// `--engine local-reroute` and a recovery protocol (seed 003's faithful
+    /// mode, whose adaptive VCs can deadlock once a fault cuts the escape
+    /// network); `off`; or a duration (e.g. 400ms).
+    #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
+    pub hoq_lifetime: HoqLifetime,
+}
+
+/// The shortest head-of-queue lifetime `--hoq-lifetime auto` gives real
+/// daemons: a daemon that two loaded cores leave unscheduled for tens of
+/// ms must not see every head it holds as deadlocked (a false positive
+/// costs a resend, not a message).
+pub const HOQ_LIFETIME_FLOOR_NS: u64 = 50_000_000;
+
+/// `--hoq-lifetime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoqLifetime {
+    Auto,
+    Off,
+    Fixed(Duration),
+}
+
+fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
+    match s {
+        "auto" => Ok(HoqLifetime::Auto),
+        "off" => Ok(HoqLifetime::Off),
+        _ => match parse_duration(s)? {
+            d if d.is_zero() => Ok(HoqLifetime::Off),
+            d => Ok(HoqLifetime::Fixed(d)),
+        },
+    }
+}
+
+/// Whether a fabric routed by `engine` with `protocol` needs deadlock
+/// recovery: seed 003's local rerouting (its adaptive VCs deadlock once a
+/// fault cuts the escape network, docs/sbrp.md) with a recovery protocol to
+/// resend what the lifetime discards. Everything else is deadlock-free by
+/// its routing (or re-routed by the controller), and keeps the lifetime
+/// off so that ordinary congestion can never cost a packet.
+pub fn needs_hoq_lifetime(
+    engine: &str,
+    protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+) -> bool {
+    engine == "local-reroute" && protocol.is_on()
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +172,32 @@ impl FabricArgs {
                 Transport::Ethernet => DataTransport::Ethernet,
             },
             link_retrain_ns: self.link_retrain.as_nanos() as u64,
+            head_of_queue_lifetime_ns: match self.hoq_lifetime {
+                // Without the engine `auto` cannot tell: see `params_for`.
+                HoqLifetime::Auto | HoqLifetime::Off => None,
+                HoqLifetime::Fixed(d) => Some(d.as_nanos() as u64),
+            },
         }
+    }
+
+    /// [`FabricArgs::params`] for a fabric routed by `engine`: `auto` turns
+    /// the head-of-queue lifetime on where it is needed
+    /// ([`needs_hoq_lifetime`]), at the default for these links
+    /// ([`default_head_of_queue_lifetime_ns`]: 128 full-buffer drains, at
+    /// least [`HOQ_LIFETIME_FLOOR_NS`]; 51 ms at 20,000 flits/s and 8-flit
+    /// buffers).
+    ///
+    /// [`default_head_of_queue_lifetime_ns`]: flitnet_core::switch::default_head_of_queue_lifetime_ns
+    pub fn params_for(&self, engine: &str) -> FabricParams {
+        let mut p = self.params();
+        if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
+            let formula = flitnet_core::switch::default_head_of_queue_lifetime_ns(
+                p.bandwidth_flits_per_s,
+                p.buffer_depth,
+            );
+            p.head_of_queue_lifetime_ns = Some(formula.max(HOQ_LIFETIME_FLOOR_NS));
+        }
+        p
     }
 
     /// The `--netns` name, checked; refused without `--transport ethernet`.
@@ -828,7 +901,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         None => None,
     };
     let opts = SessionOptions {
-        params: args.fabric.params(),
+        params: args.fabric.params_for(&args.engine),
         engine: args.engine.clone(),
         seed: args.seed,
         metrics: args.metrics,
@@ -1002,7 +1075,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     // With a recovery protocol, senders hold each message for the hold
     // window after it left: drain until they have let go (or a resend is
     // shown stuck), so `retained` counts only what is really still held.
-    let params = args.fabric.params();
+    let params = args.fabric.params_for(&args.engine);
     let drain = report::Drain {
         until_released: params.recovery.is_on(),
         unreachable: report::unreachable_hosts(&topo, &faults),

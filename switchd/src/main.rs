@@ -22,6 +22,37 @@ struct Args {
     /// The JSON configuration file written by the controller.
     #[arg(long)]
     config: PathBuf,
+    /// Head-of-queue lifetime (e.g. 400ms, or `off`): a head that waits
+    /// this long for an output VC is discarded with its worm (deadlock
+    /// recovery, docs/sbrp.md "Deadlock"). Overrides the configuration's
+    /// `head_of_queue_lifetime_ns`.
+    #[arg(long, value_parser = parse_lifetime)]
+    head_of_queue_lifetime: Option<Lifetime>,
+}
+
+/// `--head-of-queue-lifetime`: off, or a duration.
+#[derive(Clone, Copy, Debug)]
+struct Lifetime(Option<u64>);
+
+fn parse_lifetime(s: &str) -> Result<Lifetime, String> {
+    if s == "off" || s == "0" {
+        return Ok(Lifetime(None));
+    }
+    let bad = || format!("{s:?} is not a duration (400ms, 50us, 1s, 1000000ns) nor off");
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "" | "s" => 1e9,
+        _ => return Err(bad()),
+    };
+    let ns = (value * scale).round() as u64;
+    Ok(Lifetime((ns > 0).then_some(ns)))
 }
 
 struct SwitchNode {
@@ -465,6 +496,15 @@ fn main() -> Result<()> {
     let mut switch = Switch::with_epoch(switch_config(&d.config, radix), flitnet_runtime::epoch())?;
     // SBRP's switch half: orphan absorption, NFTs, RRQs (docs/sbrp.md).
     switch.set_recovery(d.config.fabric.recovery);
+    // Deadlock recovery by a head-of-queue lifetime (docs/sbrp.md).
+    let lifetime = match args.head_of_queue_lifetime {
+        Some(Lifetime(l)) => l,
+        None => d.config.fabric.head_of_queue_lifetime_ns,
+    };
+    switch.set_head_of_queue_lifetime(lifetime);
+    if let Some(l) = lifetime {
+        tracing::info!(lifetime_ns = l, "head-of-queue lifetime on");
+    }
     let mut node = SwitchNode {
         name: d.config.name.clone(),
         id,

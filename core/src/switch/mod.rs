@@ -53,7 +53,7 @@ pub enum Switching {
 
 /// Buffer drains in the default head-of-queue lifetime
 /// ([`default_head_of_queue_lifetime_ns`]).
-pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 1024;
+pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 128;
 
 /// The head-of-queue lifetime (see [`Switch::set_head_of_queue_lifetime`])
 /// for links of `bandwidth_flits_per_s` (None: unpaced, taken as 1 µs per
@@ -63,16 +63,17 @@ pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 1024;
 ///
 /// Why that long: a head that is not deadlocked waits for the worm that
 /// holds its output VC, which moves as soon as the worm ahead of it does.
-/// Behind a hot spot a head waits for every packet that is ahead of it for
-/// that output (the other `(radix − 1) × vcs` input VCs, each up to a full
-/// buffer, and as many again at each congested hop after it), so ordinary
-/// waits are tens of buffer drains; 1024 leaves an order of magnitude and
-/// more above them (in the simulator's fault-free 7×7 mesh at twice the
-/// seed 003 load no head waited more than 1/240 of it: `sim_hoq_tests`,
-/// 680 ns of 164 µs). A deadlocked
-/// head never moves, so a longer lifetime only delays its recovery. On the
-/// daemons' real links (20,000 flits/s, 8-flit buffers) this is 410 ms,
-/// well inside SBRP's hold window (2 × dead-after + 500 ms).
+/// Behind a hot spot a head waits for the packets ahead of it for that
+/// output (the other `(radix − 1) × vcs` input VCs, each up to a full
+/// buffer), so ordinary waits are a few buffer drains; 128 leaves an order
+/// of magnitude above that (in the simulator's fault-free 7×7 mesh at
+/// twice the seed 003 load no head waited more than 1/30 of it, 680 ns of
+/// 20 µs: `sim_hoq_tests`). Why not longer: a deadlocked head never moves,
+/// the lifetime is the recovery's latency, and around two dead routers the
+/// deadlock re-forms again and again (on real processes, 7×7 mesh, r10 and
+/// r38 dead: 410 ms (1024 drains) still held 370 messages when the drain
+/// gave up, 51 ms none; docs/sbrp.md "Deadlock"). `flitctl` adds a floor
+/// for the daemons' scheduling delays.
 pub fn default_head_of_queue_lifetime_ns(
     bandwidth_flits_per_s: Option<u64>,
     buffer_depth: u16,

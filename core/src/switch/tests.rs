@@ -1140,7 +1140,7 @@ fn blocked_head(lifetime: Option<u64>, protocol: RecoveryProtocol) -> Net {
     net.hosts[1].to_send.extend(packet(1, 2, 7, 20, 0));
     net.run_for(50_000);
     let vcs = 2;
-    let (state, front) = net.switches[0].input_states()[vcs].clone();
+    let (state, front) = net.switches[0].input_states()[vcs];
     assert_eq!(state, InState::Idle, "the head waits for an output VC");
     assert!(front.is_some_and(|f| f.kind.is_head() && f.msg == 7));
     assert_eq!(net.switches[0].input_occupancy(1, 0), Some(8));
