@@ -322,3 +322,103 @@ fn sbrp0_loses_nothing_when_a_router_is_killed_restarted_and_killed_again() {
 fn sbrp1_loses_nothing_when_a_router_is_killed_restarted_and_killed_again() {
     check_kill_restart_kill("sbrp1");
 }
+
+/// Seed 003's faithful mode deadlocks with two dead routers in one mesh
+/// column (docs/sbrp.md, "Deadlock"): 7×7 mesh, r10 and r38 (column 3)
+/// SIGKILLed at 0.8 s and 1.4 s, neighbours told at once, uniform 8-flit
+/// traffic at load 0.15. `hoq_lifetime` is `--hoq-lifetime`'s value.
+fn two_dead_routers_in_a_column(protocol: &str, hoq_lifetime: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("flitnet-test-sbrp-{protocol}-hoq-{hoq_lifetime}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let topo = topology("mesh-7x7.yaml");
+    let r = run_up(
+        protocol,
+        &dir,
+        &[
+            topo.to_str().unwrap(),
+            "--engine",
+            "local-reroute",
+            "--recovery",
+            "none",
+            "--notify-neighbours",
+            "--kill-switch",
+            "r10",
+            "--kill-switch",
+            "r38",
+            "--kill-every",
+            "600ms",
+            "--kill-at",
+            "800ms",
+            "--message-flits",
+            "8",
+            "--max-packet-flits",
+            "8",
+            "--buffer-depth",
+            "8",
+            "--bandwidth",
+            "20000",
+            "--dead-after",
+            "3s",
+            "--load",
+            "0.15",
+            "--duration",
+            "3s",
+            "--hoq-lifetime",
+            hoq_lifetime,
+        ],
+    );
+    assert_eq!(
+        r["unreachable_hosts"],
+        serde_json::json!(["h10", "h38"]),
+        "{protocol}: {r:#}"
+    );
+    eprintln!(
+        "{protocol}, r10+r38 dead, --hoq-lifetime {hoq_lifetime}: {} sent, {} delivered, {} lost, {} duplicated, {} retained, hoq drops {}, {} recover requests, {} packets resent",
+        u(&r, "messages_sent"),
+        u(&r, "messages_delivered"),
+        u(&r, "messages_lost"),
+        u(&r, "duplicates"),
+        u(&r, "retained"),
+        r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0),
+        u(&r, "recover_requests"),
+        u(&r, "resent_packets")
+    );
+    r
+}
+
+#[test]
+fn the_hoq_lifetime_unwedges_local_rerouting_around_two_dead_routers_in_a_column() {
+    // The default (`auto`: on for local rerouting with SBRP): the deadlocked
+    // heads are discarded and resent, the fabric drains, no sender still
+    // holds a message, nothing is duplicated. A few messages are still lost
+    // on the flows that must pass both faults with one misroute (the
+    // eager-resend bound, docs/sbrp.md "What remains"): bounded, not 0.
+    let r = two_dead_routers_in_a_column("sbrp0", "auto");
+    for field in [
+        "retained",
+        "duplicates",
+        "corrupted",
+        "misdelivered_packets",
+    ] {
+        assert_eq!(u(&r, field), 0, "{field}: {r:#}");
+    }
+    assert!(
+        r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0) > 0,
+        "the lifetime never fired: {r:#}"
+    );
+    assert!(u(&r, "resent_packets") > 0, "{r:#}");
+    assert!(
+        u(&r, "messages_lost") * 100 < 3 * u(&r, "messages_sent"),
+        "{r:#}"
+    );
+}
+
+#[test]
+fn without_the_hoq_lifetime_two_dead_routers_in_a_column_wedge_the_mesh() {
+    // The control experiment: the same run with the lifetime off wedges
+    // (senders still hold thousands of messages when the drain gives up).
+    let r = two_dead_routers_in_a_column("sbrp0", "off");
+    assert!(u(&r, "retained") > 100, "no wedge: {r:#}");
+    assert_eq!(r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0), 0);
+}

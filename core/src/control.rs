@@ -100,8 +100,9 @@ pub struct FabricParams {
     pub link_retrain_ns: u64,
     /// Switches' head-of-queue lifetime, ns: a head that waits this long
     /// for an output VC is discarded (deadlock recovery, docs/sbrp.md
-    /// "Deadlock"); None (the default) = off.
-    #[serde(default)]
+    /// "Deadlock"); None (the default) = off, and left out of the file
+    /// (a configuration without it reads as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_of_queue_lifetime_ns: Option<u64>,
 }
 

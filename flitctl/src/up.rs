@@ -86,7 +86,8 @@ pub struct FabricArgs {
     /// Switches' head-of-queue lifetime: a head that waits this long for
     /// an output VC is presumed deadlocked and discarded with its worm
     /// (resent by SBRP; docs/sbrp.md "Deadlock"). `auto`: on, at
-    /// 128 buffer drains (128 × buffer depth × flit time, at least 50 ms;
+    /// 128 buffer drains (128 × max(buffer depth, max packet) × flit
+    /// time, at least 50 ms;
     /// 51 ms at 20,000 flits/s and 8-flit buffers), only with
     /// `--engine local-reroute` and a recovery protocol (seed 003's faithful
     /// mode, whose adaptive VCs can deadlock once a fault cuts the escape
@@ -183,17 +184,18 @@ impl FabricArgs {
     /// [`FabricArgs::params`] for a fabric routed by `engine`: `auto` turns
     /// the head-of-queue lifetime on where it is needed
     /// ([`needs_hoq_lifetime`]), at the default for these links
-    /// ([`default_head_of_queue_lifetime_ns`]: 128 full-buffer drains, at
+    /// ([`default_head_of_queue_lifetime_for_packets_ns`]: 128 drains of a full buffer or a longest packet, at
     /// least [`HOQ_LIFETIME_FLOOR_NS`]; 51 ms at 20,000 flits/s and 8-flit
     /// buffers).
     ///
-    /// [`default_head_of_queue_lifetime_ns`]: flitnet_core::switch::default_head_of_queue_lifetime_ns
+    /// [`default_head_of_queue_lifetime_for_packets_ns`]: flitnet_core::switch::default_head_of_queue_lifetime_for_packets_ns
     pub fn params_for(&self, engine: &str) -> FabricParams {
         let mut p = self.params();
         if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
-            let formula = flitnet_core::switch::default_head_of_queue_lifetime_ns(
+            let formula = flitnet_core::switch::default_head_of_queue_lifetime_for_packets_ns(
                 p.bandwidth_flits_per_s,
                 p.buffer_depth,
+                p.max_packet_flits,
             );
             p.head_of_queue_lifetime_ns = Some(formula.max(HOQ_LIFETIME_FLOOR_NS));
         }

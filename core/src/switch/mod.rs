@@ -59,7 +59,8 @@ pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 128;
 /// for links of `bandwidth_flits_per_s` (None: unpaced, taken as 1 µs per
 /// flit) and input buffers of `buffer_depth` flits:
 /// [`HOQ_LIFETIME_BUFFER_DRAINS`] times the time one full input buffer
-/// takes to drain at link rate (`buffer_depth` flit times).
+/// takes to drain at link rate (`buffer_depth` flit times; see
+/// [`default_head_of_queue_lifetime_for_packets_ns`] for long packets).
 ///
 /// Why that long: a head that is not deadlocked waits for the worm that
 /// holds its output VC, which moves as soon as the worm ahead of it does.
@@ -78,11 +79,25 @@ pub fn default_head_of_queue_lifetime_ns(
     bandwidth_flits_per_s: Option<u64>,
     buffer_depth: u16,
 ) -> u64 {
+    default_head_of_queue_lifetime_for_packets_ns(bandwidth_flits_per_s, buffer_depth, 0)
+}
+
+/// [`default_head_of_queue_lifetime_ns`] for packets of up to
+/// `max_packet_flits`: a worm holds its output VC until its tail passes,
+/// so with packets longer than a buffer each one ahead of a waiting head
+/// costs its length, not a buffer; the drain unit is
+/// `max(buffer_depth, max_packet_flits)` flit times.
+pub fn default_head_of_queue_lifetime_for_packets_ns(
+    bandwidth_flits_per_s: Option<u64>,
+    buffer_depth: u16,
+    max_packet_flits: u32,
+) -> u64 {
     let flit_ns = bandwidth_flits_per_s
         .filter(|&b| b > 0)
         .map_or(1_000, |b| (1_000_000_000 / b).max(1));
+    let drain = (buffer_depth as u64).max(max_packet_flits as u64).max(1);
     HOQ_LIFETIME_BUFFER_DRAINS
-        .saturating_mul(buffer_depth.max(1) as u64)
+        .saturating_mul(drain)
         .saturating_mul(flit_ns)
 }
 
