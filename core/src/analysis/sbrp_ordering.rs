@@ -465,7 +465,7 @@ fn kill(f: &mut Fabric<Switch>, topo: &Topology, dead: u32) {
             NodeRef::Host(h) => {
                 f.hosts[h as usize].stop(now);
                 for e in f.hosts.iter_mut() {
-                    e.source_mut().set_destination_down(h, true);
+                    e.peer_down(h);
                 }
             }
         }
@@ -501,6 +501,7 @@ fn restart(
         }
     }
     fresh.set_recovery(protocol);
+    arm_deadlock_recovery(&mut fresh);
     fresh.install_table(
         tables.switches[s as usize].clone(),
         tables.vc_policy(s as usize).clone(),
@@ -514,6 +515,18 @@ fn restart(
         }
     }
     f.wake_all();
+}
+
+/// Gives a switch the default head-of-queue lifetime of these links (1024
+/// cycles with 1-flit buffers), as the daemons have in faithful mode: once
+/// a fault cuts the escape network the local-reroute tables can deadlock
+/// (docs/sbrp.md, faithful mode, "Deadlock"); a head stuck that long is
+/// dropped and its message resent, so such a run still drains and counts.
+fn arm_deadlock_recovery(s: &mut Switch) {
+    s.set_head_of_queue_lifetime(Some(crate::switch::default_head_of_queue_lifetime_ns(
+        Some(LINK_FLITS_PER_S),
+        1,
+    )));
 }
 
 /// One simulated run of `protocol` under `plan`.
@@ -557,6 +570,7 @@ fn one_run(
     }
     for s in &mut f.switches {
         s.set_recovery(protocol);
+        arm_deadlock_recovery(s);
     }
     let n = topo.num_hosts() as u32;
     let dead_hosts: Vec<u32> = (0..n)
@@ -586,8 +600,17 @@ fn one_run(
             break;
         }
         if t > LIMIT_NS {
-            out.violations
-                .push(format!("{name}: did not drain by {LIMIT_NS} ns (wedged)"));
+            // Where it is stuck: switches still holding flits (a routing
+            // deadlock) or hosts still waiting on a recovery.
+            let holding: Vec<usize> = (0..f.switches.len())
+                .filter(|&i| f.switches[i].in_flight_flits() > 0)
+                .collect();
+            let waiting: Vec<usize> = (0..f.hosts.len())
+                .filter(|&h| live(h as u32) && f.hosts[h].recovery_in_progress() > 0)
+                .collect();
+            out.violations.push(format!(
+                "{name}: did not drain by {LIMIT_NS} ns (wedged: switches holding flits {holding:?}, hosts waiting on a recovery {waiting:?})"
+            ));
             return out;
         }
     }

@@ -381,6 +381,15 @@ impl HostEndpoint {
     }
 
     /// The source, for a recovery protocol that resends retained messages.
+    /// Host `peer` is known dead (its router failed; spec 003 §3.6 #12):
+    /// generate nothing more for it and stop waiting for the resends of its
+    /// cut packets, which will never come (the receiver would otherwise
+    /// keep asking, for `max_receiver_rrqs` doubling waits).
+    pub fn peer_down(&mut self, peer: HostId) {
+        self.source.set_destination_down(peer, true);
+        self.receiver.forget_source(peer);
+    }
+
     pub fn source_mut(&mut self) -> &mut Source {
         &mut self.source
     }
@@ -520,6 +529,11 @@ impl HostEndpoint {
                 self.sink.receive(now, &flit);
                 if on && self.receiver.observe(now, &self.sbrp_cfg, &flit) {
                     self.sbrp_stats.nft_received += 1;
+                    // A packet from a dead host, cut on its way out of
+                    // the dead router: no resend will ever come.
+                    for dead in self.source.destinations_down() {
+                        self.receiver.forget_source(dead);
+                    }
                 }
             }
             // The flit was consumed: its slot is free again.

@@ -309,6 +309,15 @@ impl ReceiverRecovery {
         self.cut.len()
     }
 
+    /// Stops waiting for the cut packets of `src`, a host known to be dead
+    /// (it will never resend: spec 003 §3.6 #12, no message from a faulty
+    /// node); returns how many there were.
+    pub fn forget_source(&mut self, src: HostId) -> usize {
+        let before = self.cut.len();
+        self.cut.retain(|&(s, _, _), _| s != src);
+        before - self.cut.len()
+    }
+
     /// RRQs due at `now`. `first_missing(src, msg, from, to)` asks the sink
     /// for the first flit of `[from, to)` it still lacks (`None`: nothing
     /// missing, or the message was delivered).
@@ -533,5 +542,48 @@ mod tests {
         assert!(is_rrq(&rrq) && rrq_from_receiver(&rrq));
         assert_eq!((rrq.seq, rrq.head.as_ref().unwrap().dst), (5, 9));
         assert!(!rrq_from_receiver(&rrq_flit(3, 9, 7, 0, 0, 5, 0, 0)));
+    }
+
+    /// A cut packet from a host known dead is no longer waited on (it
+    /// would never be resent): only that source's waits go.
+    #[test]
+    fn a_dead_sources_cut_packets_are_forgotten() {
+        let cfg = SbrpConfig {
+            protocol: RecoveryProtocol::Sbrp0,
+            ..SbrpConfig::default()
+        };
+        let mut r = ReceiverRecovery::new(2);
+        for (vc, src) in [(0u8, 9), (1, 4)] {
+            let head = Flit {
+                kind: FlitKind::Head,
+                vc,
+                flags: 0,
+                msg: 7,
+                packet: 0,
+                seq: 0,
+                head: Some(Head {
+                    dst: 3,
+                    src,
+                    msg_flits: 16,
+                    ..Head::default()
+                }),
+                payload: Bytes::new(),
+            };
+            assert!(!r.observe(1_000, &cfg, &head));
+            let nft = Flit {
+                kind: FlitKind::Tail,
+                flags: flags::NON_FINAL_TAIL,
+                seq: 5,
+                head: None,
+                ..head
+            };
+            assert!(r.observe(2_000, &cfg, &nft));
+        }
+        assert_eq!(r.waiting(), 2);
+        assert_eq!(r.forget_source(5), 0);
+        assert_eq!(r.forget_source(9), 1);
+        assert_eq!(r.waiting(), 1);
+        assert_eq!(r.forget_source(4), 1);
+        assert_eq!(r.next_due(), None);
     }
 }

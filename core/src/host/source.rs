@@ -379,6 +379,11 @@ impl Source {
         }
     }
 
+    /// The destinations marked down ([`Source::set_destination_down`]).
+    pub fn destinations_down(&self) -> impl Iterator<Item = HostId> + '_ {
+        self.down.iter().copied()
+    }
+
     /// Generates one message born at `born`; false if the pattern is
     /// exhausted.
     fn generate(&mut self, born: u64) -> bool {
