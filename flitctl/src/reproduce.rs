@@ -54,7 +54,7 @@ pub struct ReproduceArgs {
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Only these sections (comma-separated ids: 004-table2, 004-table3,
-    /// 002-connectivity, 000-ft2ei, 001-routing, 003-sbrp).
+    /// 002-connectivity, 000-ft2ei, 001-routing, 003-sbrp, 003-sbrp-sim).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Largest fault count of seed 004's distance-1 rows to run (5 to 8;
