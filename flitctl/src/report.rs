@@ -197,6 +197,14 @@ pub struct Totals {
     pub rrq_from_switches: u64,
     #[serde(default)]
     pub rrq_from_receivers: u64,
+    /// Recover requests the switches parked (their route dead: they wait
+    /// for new tables or the port's return; in faithful mode nothing ever
+    /// releases them, so each is a message lost unless the receiver asks)
+    /// and dropped because the switch's queue was full.
+    #[serde(default)]
+    pub rrq_parked: u64,
+    #[serde(default)]
+    pub rrq_overflow: u64,
     /// Packets resent by senders.
     #[serde(default)]
     pub resent_packets: u64,
@@ -406,6 +414,8 @@ impl RunReport {
         }
         for (_, r) in &switches {
             t.rrq_from_switches += u(r, &["sbrp", "rrq_sent"]);
+            t.rrq_parked += u(r, &["sbrp", "rrq_parked"]);
+            t.rrq_overflow += u(r, &["sbrp", "rrq_overflow"]);
         }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
@@ -486,6 +496,13 @@ impl fmt::Display for RunReport {
                 "  recovery    {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered (mean latency {:.1} us), {} still held by senders (not lost)",
                 t.recover_requests, t.rrq_from_switches, t.rrq_from_receivers, t.resent_packets, t.resent_flits, t.recovered_messages, t.recovered_latency_mean_us, t.retained
             )?;
+            if t.rrq_parked + t.rrq_overflow > 0 {
+                writeln!(
+                    f,
+                    "              {} recover requests parked by switches (route dead), {} dropped (switch queue full)",
+                    t.rrq_parked, t.rrq_overflow
+                )?;
+            }
         }
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
         writeln!(
@@ -565,6 +582,62 @@ mod tests {
             unreachable_hosts(&mesh, &FaultSet::with_links(corner)),
             BTreeSet::from([NodeRef::Host(0)])
         );
+    }
+
+    /// The switches' parked and overflowed recover requests reach the
+    /// totals and the printed recovery line (a parked RRQ in faithful mode
+    /// is a message nobody will resend).
+    #[test]
+    fn parked_recover_requests_are_totalled_and_printed() {
+        let cube = hypercube(2).unwrap();
+        let spec = TrafficSpec {
+            pattern: "uniform".into(),
+            load: 0.1,
+            message_flits: 8,
+            duration_ns: 1_000_000,
+            rounds: 1,
+            seed: 1,
+        };
+        let sw = |parked: u64, overflow: u64| serde_json::json!({"sbrp": {"rrq_sent": 3, "rrq_parked": parked, "rrq_overflow": overflow}});
+        let host = serde_json::json!({"sbrp": {"resent_packets": 2, "resent_flits": 16}});
+        let r = RunReport::build(
+            &cube,
+            "auto",
+            &spec,
+            vec![(NodeRef::Host(0), host)],
+            vec![
+                (NodeRef::Switch(0), sw(2, 0)),
+                (NodeRef::Switch(1), sw(1, 4)),
+            ],
+            vec![],
+            Duration::from_millis(1),
+        );
+        assert_eq!(
+            (
+                r.totals.rrq_from_switches,
+                r.totals.rrq_parked,
+                r.totals.rrq_overflow
+            ),
+            (6, 3, 4)
+        );
+        let text = r.to_string();
+        assert!(
+            text.contains("3 recover requests parked by switches (route dead), 4 dropped"),
+            "{text}"
+        );
+        let quiet = RunReport::build(
+            &cube,
+            "auto",
+            &spec,
+            vec![(
+                NodeRef::Host(0),
+                serde_json::json!({"sbrp": {"resent_packets": 2, "resent_flits": 16}}),
+            )],
+            vec![(NodeRef::Switch(0), sw(0, 0))],
+            vec![],
+            Duration::from_millis(1),
+        );
+        assert!(!quiet.to_string().contains("parked"), "{quiet}");
     }
 
     #[test]
