@@ -434,31 +434,11 @@ pub fn build_fabric(
         });
     }
     let hosts = hosts_for(&topo, &cfg.host)?;
-    let link = &cfg.host.link;
     let switches = topo
         .switches
         .iter()
         .map(|sw| {
-            let sc = SwitchConfig {
-                radix: sw.ports.len(),
-                vcs: link.vcs,
-                buffer_depth: link.buffer_depth,
-                switching: cfg.switching,
-                link: link.clone(),
-                max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
-            };
-            let mut s =
-                Switch::with_epoch(sc, cfg.host.epoch).map_err(|source| SimError::Switch {
-                    switch: sw.id,
-                    source,
-                })?;
-            // Uncabled ports are down: their links would otherwise keep
-            // sending sync records into the void.
-            for (port, cable) in sw.ports.iter().enumerate() {
-                if cable.is_none() {
-                    let _ = s.set_port_admin(port as PortNo, false);
-                }
-            }
+            let mut s = fresh_switch(&topo, cfg, sw.id, cfg.host.epoch)?;
             s.install_table(
                 tables.switches[sw.id as usize].clone(),
                 tables.vc_policy(sw.id as usize).clone(),
@@ -467,6 +447,56 @@ pub fn build_fabric(
         })
         .collect::<Result<Vec<_>, SimError>>()?;
     Ok(Fabric::new(topo, hosts, switches, cfg.wire_ns))
+}
+
+/// Switch `s` of `topo` as a fresh process with link epoch `epoch`: the
+/// configuration `cfg` gives every switch, its uncabled ports down (their
+/// links would otherwise keep sending sync records into the void), no
+/// table yet. [`build_fabric`] makes every switch so; a simulated restart
+/// makes one again ([`Fabric::replace_switch`]).
+pub fn fresh_switch(
+    topo: &Topology,
+    cfg: &SimConfig,
+    s: SwitchId,
+    epoch: u16,
+) -> Result<Switch, SimError> {
+    let link = &cfg.host.link;
+    let ports = &topo.switches[s as usize].ports;
+    let sc = SwitchConfig {
+        radix: ports.len(),
+        vcs: link.vcs,
+        buffer_depth: link.buffer_depth,
+        switching: cfg.switching,
+        link: link.clone(),
+        max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
+    };
+    let mut sw =
+        Switch::with_epoch(sc, epoch).map_err(|source| SimError::Switch { switch: s, source })?;
+    for (port, cable) in ports.iter().enumerate() {
+        if cable.is_none() {
+            let _ = sw.set_port_admin(port as PortNo, false);
+        }
+    }
+    Ok(sw)
+}
+
+impl Fabric<Switch> {
+    /// Puts `fresh` in switch `s`'s place (a restarted process) and brings
+    /// its switch neighbours' ports toward it up again, as a neighbour does
+    /// when it hears the new incarnation; their links resynchronise
+    /// credits against its new epoch.
+    pub fn replace_switch(&mut self, s: SwitchId, fresh: Switch) {
+        self.switches[s as usize] = fresh;
+        let radix = self.topo.switches[s as usize].ports.len();
+        for p in 0..radix {
+            if let Some(peer) = self.topo.peer(PortRef::switch(s, p as PortNo)) {
+                if let NodeRef::Switch(n) = peer.node {
+                    let _ = self.switches[n as usize].set_port_admin(peer.port, true);
+                }
+            }
+        }
+        self.wake_all();
+    }
 }
 
 /// Host endpoints for every host of `topo` from one template: the template's

@@ -41,8 +41,8 @@ use crate::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConf
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
 use crate::routing::RoutingTables;
-use crate::sim::{build_fabric, Fabric, SimConfig};
-use crate::switch::{Switch, SwitchConfig, Switching};
+use crate::sim::{build_fabric, fresh_switch, Fabric, SimConfig};
+use crate::switch::{Switch, Switching};
 use crate::topology::generators::{hypercube, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 use rand::{Rng, SeedableRng};
@@ -484,37 +484,14 @@ fn restart(
     protocol: RecoveryProtocol,
 ) {
     let topo = f.topo.clone();
-    let link = &cfg.host.link;
-    let radix = topo.switches[s as usize].ports.len();
-    let sc = SwitchConfig {
-        radix,
-        vcs: link.vcs,
-        buffer_depth: link.buffer_depth,
-        switching: cfg.switching,
-        link: link.clone(),
-        max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
-    };
-    let mut fresh = Switch::with_epoch(sc, epoch).expect("the switch config was valid once");
-    for (port, cable) in topo.switches[s as usize].ports.iter().enumerate() {
-        if cable.is_none() {
-            let _ = fresh.set_port_admin(port as u16, false);
-        }
-    }
+    let mut fresh = fresh_switch(&topo, cfg, s, epoch).expect("the switch config was valid once");
     fresh.set_recovery(protocol);
     arm_deadlock_recovery(&mut fresh);
     fresh.install_table(
         tables.switches[s as usize].clone(),
         tables.vc_policy(s as usize).clone(),
     );
-    f.switches[s as usize] = fresh;
-    for p in 0..radix {
-        if let Some(peer) = topo.peer(PortRef::switch(s, p as u16)) {
-            if let NodeRef::Switch(n) = peer.node {
-                let _ = f.switches[n as usize].set_port_admin(peer.port, true);
-            }
-        }
-    }
-    f.wake_all();
+    f.replace_switch(s, fresh);
 }
 
 /// Gives a switch the default head-of-queue lifetime of these links (1024

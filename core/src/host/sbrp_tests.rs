@@ -15,7 +15,7 @@ use crate::link::LinkConfig;
 use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use crate::sim::Fabric;
 use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
-use crate::switch::{Switch, SwitchConfig, Switching};
+use crate::switch::{Switch, Switching};
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -258,41 +258,17 @@ fn restart_switch(
     around: Around,
 ) {
     let topo = f.topo.clone();
-    let link = &cfg.host.link;
-    let radix = topo.switches[s as usize].ports.len();
-    let sc = SwitchConfig {
-        radix,
-        vcs: link.vcs,
-        buffer_depth: link.buffer_depth,
-        switching: cfg.switching,
-        link: link.clone(),
-        max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
-    };
-    let mut fresh = Switch::with_epoch(sc, epoch).unwrap();
-    for (port, cable) in topo.switches[s as usize].ports.iter().enumerate() {
-        if cable.is_none() {
-            let _ = fresh.set_port_admin(port as u16, false);
-        }
-    }
+    let mut fresh = crate::sim::fresh_switch(&topo, cfg, s, epoch).unwrap();
     fresh.set_recovery(protocol);
     if let Around::Dlr(c) = around {
         let dlr = DlrSwitch::from_topology(c, &topo, s).unwrap();
         fresh.set_local_reroute(Some(dlr)).unwrap();
     }
-    f.switches[s as usize] = fresh;
+    f.replace_switch(s, fresh);
     let everywhere = matches!(around, Around::Controller);
     for (id, sw) in f.switches.iter_mut().enumerate() {
         if everywhere || id == s as usize {
             sw.install_table(tables.switches[id].clone(), tables.vc_policy(id).clone());
-        }
-    }
-    for p in 0..radix {
-        if let Some(peer) = topo.peer(PortRef::switch(s, p as u16)) {
-            if let NodeRef::Switch(n) = peer.node {
-                f.switches[n as usize]
-                    .set_port_admin(peer.port, true)
-                    .unwrap();
-            }
         }
     }
     f.wake_all();
