@@ -138,7 +138,7 @@ fn host_cfg(case: &Case) -> HostConfig {
 /// The host of router `r` (one per router, same index).
 fn host_of(topo: &Topology, r: u32) -> u32 {
     (0..topo.num_hosts() as u32)
-        .find(|&h| topo.peer(PortRef::host(h, 0)).map(|p| p.node) == Some(NodeRef::Switch(r)))
+        .find(|&h| topo.switch_of_host(h) == Some(r))
         .expect("every router has a host")
 }
 

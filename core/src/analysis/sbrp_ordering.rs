@@ -437,13 +437,6 @@ fn host_template(net: Net, ml: u32, seed: u64, stop_ns: u64) -> HostConfig {
     }
 }
 
-fn switch_of(topo: &Topology, h: u32) -> Option<u32> {
-    match topo.peer(PortRef::host(h, 0)).map(|p| p.node) {
-        Some(NodeRef::Switch(s)) => Some(s),
-        _ => None,
-    }
-}
-
 /// Router `dead` dies: its flits are lost, its neighbours' ports to it go
 /// down at the same instant (faithful mode: told at once), its hosts stop
 /// and nobody generates messages for them any more.
@@ -551,7 +544,7 @@ fn one_run(
     }
     let n = topo.num_hosts() as u32;
     let dead_hosts: Vec<u32> = (0..n)
-        .filter(|&h| switch_of(topo, h) == Some(plan.router))
+        .filter(|&h| topo.switch_of_host(h) == Some(plan.router))
         .collect();
     let live = |h: u32| !dead_hosts.contains(&h);
     f.start(0);

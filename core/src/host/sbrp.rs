@@ -451,6 +451,34 @@ mod sim_tests;
 mod tests {
     use super::*;
 
+    /// The head of 16-flit message 7 from `src` to host 3 on ejection VC
+    /// `vc`, and the NFT that cuts it after flit 5.
+    fn head_and_nft(vc: u8, src: HostId) -> (Flit, Flit) {
+        let head = Flit {
+            kind: FlitKind::Head,
+            vc,
+            flags: 0,
+            msg: 7,
+            packet: 0,
+            seq: 0,
+            head: Some(Head {
+                dst: 3,
+                src,
+                msg_flits: 16,
+                ..Head::default()
+            }),
+            payload: Bytes::new(),
+        };
+        let nft = Flit {
+            kind: FlitKind::Tail,
+            flags: flags::NON_FINAL_TAIL,
+            seq: 5,
+            head: None,
+            ..head.clone()
+        };
+        (head, nft)
+    }
+
     #[test]
     fn protocol_names_parse() {
         assert_eq!(
@@ -505,29 +533,8 @@ mod tests {
             ..SbrpConfig::default()
         };
         let mut r = ReceiverRecovery::new(2);
-        let head = Flit {
-            kind: FlitKind::Head,
-            vc: 1,
-            flags: 0,
-            msg: 7,
-            packet: 0,
-            seq: 0,
-            head: Some(Head {
-                dst: 3,
-                src: 9,
-                msg_flits: 16,
-                ..Head::default()
-            }),
-            payload: Bytes::new(),
-        };
+        let (head, nft) = head_and_nft(1, 9);
         assert!(!r.observe(1_000, &cfg, &head));
-        let nft = Flit {
-            kind: FlitKind::Tail,
-            flags: flags::NON_FINAL_TAIL,
-            seq: 5,
-            head: None,
-            ..head.clone()
-        };
         assert!(r.observe(2_000, &cfg, &nft));
         assert_eq!(r.next_due(), Some(2_260));
         let p = Packetiser {
@@ -554,29 +561,8 @@ mod tests {
         };
         let mut r = ReceiverRecovery::new(2);
         for (vc, src) in [(0u8, 9), (1, 4)] {
-            let head = Flit {
-                kind: FlitKind::Head,
-                vc,
-                flags: 0,
-                msg: 7,
-                packet: 0,
-                seq: 0,
-                head: Some(Head {
-                    dst: 3,
-                    src,
-                    msg_flits: 16,
-                    ..Head::default()
-                }),
-                payload: Bytes::new(),
-            };
+            let (head, nft) = head_and_nft(vc, src);
             assert!(!r.observe(1_000, &cfg, &head));
-            let nft = Flit {
-                kind: FlitKind::Tail,
-                flags: flags::NON_FINAL_TAIL,
-                seq: 5,
-                head: None,
-                ..head
-            };
             assert!(r.observe(2_000, &cfg, &nft));
         }
         assert_eq!(r.waiting(), 2);

@@ -122,10 +122,8 @@ fn host_cfg_rounds(flits: u32, seed: u64, rounds: u32) -> HostConfig {
 
 /// The switch a host hangs off.
 fn switch_of(topo: &Topology, h: u32) -> u32 {
-    match topo.peer(PortRef::host(h, 0)).map(|p| p.node) {
-        Some(NodeRef::Switch(s)) => s,
-        other => panic!("host {h} is not cabled to a switch: {other:?}"),
-    }
+    topo.switch_of_host(h)
+        .unwrap_or_else(|| panic!("host {h} is not cabled to a switch"))
 }
 
 /// Runs all-to-all traffic of `flits`-flit messages, kills switch `dead`

@@ -356,6 +356,14 @@ impl Topology {
         self.links[l as usize].other(p)
     }
 
+    /// The switch host `h`'s port 0 is cabled to, if it is cabled to one.
+    pub fn switch_of_host(&self, h: HostId) -> Option<SwitchId> {
+        match self.peer(PortRef::host(h, 0))?.node {
+            NodeRef::Switch(s) => Some(s),
+            NodeRef::Host(_) => None,
+        }
+    }
+
     /// True when flits can leave through `p` (cabled, and not the receiving
     /// end of a one-way link).
     pub fn can_send(&self, p: PortRef) -> bool {
