@@ -124,7 +124,7 @@ fn assert_protocol_counts(name: &str, r: &serde_json::Value) {
 fn switches_reconfigure_by_control_packets_and_emergency_paths_lose_only_the_link() {
     let r = run("ft2ei-dyn");
     assert_protocol_counts("ft2ei-dyn", &r);
-    let lost = assert_losses_explained("ft2ei-dyn", &r, &["port_down", "orphan"]);
+    let lost = assert_losses_explained("ft2ei-dyn", &r, &["port-down", "orphan"]);
     eprintln!(
         "ft2ei-dyn: {lost} messages lost, {} deflected, reconfiguration {} ns",
         r["ft2ei"]["deflections"], r["ft2ei"]["reconfiguration_ns"]
@@ -138,7 +138,7 @@ fn switches_reconfigure_by_control_packets_and_emergency_paths_lose_only_the_lin
     let lost_drop = assert_losses_explained(
         "ft2ei-dyn-drop",
         &drop,
-        &["port_down", "orphan", "no_route"],
+        &["port-down", "orphan", "no-route"],
     );
     eprintln!("ft2ei-dyn-drop: {lost_drop} messages lost");
 

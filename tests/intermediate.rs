@@ -80,7 +80,7 @@ fn kill_a_torus_link(mech: &str, vcs: &str) -> serde_json::Value {
     // Only dead-port drops (no leg without VCs, no bad VC).
     let drops = report["drops"].as_object().unwrap();
     assert!(
-        drops.keys().all(|k| k == "port_down"),
+        drops.keys().all(|k| k == "port-down"),
         "{mech}: unexpected drops: {drops:?}"
     );
     report

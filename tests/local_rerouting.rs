@@ -95,12 +95,12 @@ fn assert_only_in_flight_lost(name: &str, r: &serde_json::Value, vanish: u64) ->
     let sent = n(&t["messages_sent"]);
     let lost = n(&t["messages_lost"]);
     let lost_flits = n(&t["flits_sent"]).saturating_sub(n(&t["flits_delivered"]));
-    let dropped = n(&r["drops"]["port_down"]) + n(&r["drops"]["orphan"]);
+    let dropped = n(&r["drops"]["port-down"]) + n(&r["drops"]["orphan"]);
     let other_drops: u64 = r["drops"]
         .as_object()
         .unwrap()
         .iter()
-        .filter(|(k, _)| *k != "port_down" && *k != "orphan")
+        .filter(|(k, _)| *k != "port-down" && *k != "orphan")
         .map(|(_, v)| n(v))
         .sum();
     assert!(sent > 1000, "{name}: too little traffic to judge: {r:#}");

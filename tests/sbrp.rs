@@ -153,7 +153,7 @@ fn check_recovered(protocol: &str) -> serde_json::Value {
         "{protocol}: no message needed recovery: {r:#}"
     );
     assert!(
-        r["drops"]["port_down"].as_u64().unwrap_or(0) > 0,
+        r["drops"]["port-down"].as_u64().unwrap_or(0) > 0,
         "{protocol}: nothing was cut at the dead link: {r:#}"
     );
     r
@@ -380,7 +380,7 @@ fn two_dead_routers_in_a_column(protocol: &str, hoq_lifetime: &str) -> serde_jso
         u(&r, "messages_lost"),
         u(&r, "duplicates"),
         u(&r, "retained"),
-        r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0),
+        r["drops"]["hoq-lifetime"].as_u64().unwrap_or(0),
         u(&r, "recover_requests"),
         u(&r, "resent_packets")
     );
@@ -404,7 +404,7 @@ fn the_hoq_lifetime_unwedges_local_rerouting_around_two_dead_routers_in_a_column
         assert_eq!(u(&r, field), 0, "{field}: {r:#}");
     }
     assert!(
-        r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0) > 0,
+        r["drops"]["hoq-lifetime"].as_u64().unwrap_or(0) > 0,
         "the lifetime never fired: {r:#}"
     );
     assert!(u(&r, "resent_packets") > 0, "{r:#}");
@@ -420,5 +420,5 @@ fn without_the_hoq_lifetime_two_dead_routers_in_a_column_wedge_the_mesh() {
     // (senders still hold thousands of messages when the drain gives up).
     let r = two_dead_routers_in_a_column("sbrp0", "off");
     assert!(u(&r, "retained") > 100, "no wedge: {r:#}");
-    assert_eq!(r["drops"]["hoq_lifetime"].as_u64().unwrap_or(0), 0);
+    assert_eq!(r["drops"]["hoq-lifetime"].as_u64().unwrap_or(0), 0);
 }

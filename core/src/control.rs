@@ -6,6 +6,13 @@
 //! not match, so that a stray client on the same machine (or container
 //! network) cannot reprogram the fabric.
 
+mod reply;
+
+pub use reply::{
+    HostDaemonReport, HostLinkReport, LoopReport, NodeKind, Reply, SwitchReport, TimerLateness,
+    TransportCounters, UnexpectedReply,
+};
+
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::{HostId, PortNo, SwitchId};
 use serde::{Deserialize, Serialize};
@@ -504,22 +511,19 @@ pub struct Envelope {
 
 /// A daemon's answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "status")]
+#[serde(rename_all = "kebab-case")]
 pub enum Response {
-    Ok {
-        #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-        body: serde_json::Value,
-    },
-    Error {
-        message: String,
-    },
+    Ok { body: Reply },
+    Error { message: String },
 }
 
 impl Response {
+    /// The request was carried out, with nothing to report.
     pub fn ok() -> Self {
-        Response::Ok {
-            body: serde_json::Value::Null,
-        }
+        Response::Ok { body: Reply::Done }
+    }
+    pub fn reply(body: Reply) -> Self {
+        Response::Ok { body }
     }
     pub fn error(message: impl Into<String>) -> Self {
         Response::Error {

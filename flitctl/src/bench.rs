@@ -30,7 +30,11 @@ use crate::report::{self, RunReport};
 use crate::up::{compute_routes, parse_duration};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode, TrafficSpec};
+use flitnet_core::control::{
+    DataTransport, FabricParams, HostDaemonReport, SwitchReport, SwitchingMode, TimerLateness,
+    TrafficSpec, TransportCounters,
+};
+use flitnet_core::host::histogram::Percentiles;
 use flitnet_core::topology::{generators, FaultSet, NodeRef, Topology};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -149,9 +153,9 @@ struct PairRun {
     /// switchd CPU time per flit it received in the window.
     cpu_ns_per_flit: f64,
     /// The switch's report at the end of the window.
-    switch: Value,
+    switch: SwitchReport,
     /// The hosts' reports after draining.
-    hosts: Vec<Value>,
+    hosts: Vec<HostDaemonReport>,
 }
 
 /// What one switchd forwarded at saturation, beside the socket ceiling.
@@ -169,8 +173,8 @@ struct Forwarding {
     switch_cpu_ns_per_flit: f64,
     /// CPU time the forwarder thread spent per datagram forwarded.
     baseline_cpu_ns_per_datagram: f64,
-    lateness: Value,
-    transport: Value,
+    lateness: TimerLateness,
+    transport: TransportCounters,
 }
 
 impl Forwarding {
@@ -195,40 +199,31 @@ impl Forwarding {
     }
 }
 
-/// Sum of a numeric field over the switch's ports (`vcs` = per-VC field).
-fn port_sum(report: &Value, field: &str, per_vc: bool) -> u64 {
-    let Some(ports) = report["ports"].as_array() else {
-        return 0;
-    };
-    ports
-        .iter()
-        .map(|p| {
-            if per_vc {
-                p["vcs"]
-                    .as_array()
-                    .map(|v| v.iter().map(|vc| vc[field].as_u64().unwrap_or(0)).sum())
-                    .unwrap_or(0)
-            } else {
-                p[field].as_u64().unwrap_or(0)
-            }
-        })
-        .sum()
+/// What the switch received over all its ports: flits, datagrams, bytes.
+fn received(report: &SwitchReport) -> (u64, u64, u64) {
+    let ports = &report.counters.ports;
+    (
+        ports
+            .iter()
+            .flat_map(|p| &p.vcs)
+            .map(|vc| vc.rx_flits)
+            .sum(),
+        ports.iter().map(|p| p.rx_datagrams).sum(),
+        ports.iter().map(|p| p.rx_bytes).sum(),
+    )
 }
 
 fn pct(x: f64) -> String {
     format!("{:.1} %", x * 100.0)
 }
 
-fn lateness_text(v: &Value) -> String {
-    if v.is_null() {
-        return "n/a (daemon does not report it)".into();
-    }
+fn lateness_text(v: &TimerLateness) -> String {
     format!(
         "p50 {:.1} us, p99 {:.1} us, max {:.1} us over {} timers",
-        v["p50_ns"].as_f64().unwrap_or(0.0) / 1e3,
-        v["p99_ns"].as_f64().unwrap_or(0.0) / 1e3,
-        v["max_ns"].as_f64().unwrap_or(0.0) / 1e3,
-        v["timers"]
+        v.p50_ns as f64 / 1e3,
+        v.p99_ns as f64 / 1e3,
+        v.max_ns as f64 / 1e3,
+        v.timers
     )
 }
 
@@ -289,8 +284,8 @@ impl Bench {
         }
     }
 
-    fn switch_report(fabric: &Fabric) -> Result<Value> {
-        let reports = fabric.reports(false)?;
+    fn switch_report(fabric: &Fabric) -> Result<SwitchReport> {
+        let reports = fabric.switch_reports()?;
         Ok(reports.into_iter().next().context("no switch")?.1)
     }
 
@@ -326,19 +321,20 @@ impl Bench {
         let r1 = Self::switch_report(&fabric)?;
         let cpu = pid_cpu_ns(switch_pid).saturating_sub(cpu0);
         let dt = t0.elapsed().as_secs_f64();
-        let d = |f: &str, vc: bool| (port_sum(&r1, f, vc) - port_sum(&r0, f, vc)) as f64;
+        let ((f0, d0, b0), (f1, d1, b1)) = (received(&r0), received(&r1));
+        let (flits, dgrams, bytes) = ((f1 - f0) as f64, (d1 - d0) as f64, (b1 - b0) as f64);
         let run = PairRun {
-            flits_per_s: d("rx_flits", true) / dt,
-            datagrams_per_s: d("rx_datagrams", false) / dt,
-            datagram_bytes: d("rx_bytes", false) / d("rx_datagrams", false).max(1.0),
-            cpu_ns_per_flit: cpu as f64 / d("rx_flits", true).max(1.0),
+            flits_per_s: flits / dt,
+            datagrams_per_s: dgrams / dt,
+            datagram_bytes: bytes / dgrams.max(1.0),
+            cpu_ns_per_flit: cpu as f64 / flits.max(1.0),
             switch: r1,
             hosts: Vec::new(),
         };
         let hosts = report::drain(&fabric, Duration::from_secs(5))?;
         fabric.shutdown()?;
         Ok(PairRun {
-            hosts: hosts.into_iter().map(|(_, v)| v).collect(),
+            hosts: hosts.into_iter().map(|(_, r)| r).collect(),
             ..run
         })
     }
@@ -398,8 +394,8 @@ impl Bench {
             process_baseline_datagrams_per_s: procs.datagrams_per_s,
             switch_cpu_ns_per_flit: run.cpu_ns_per_flit,
             baseline_cpu_ns_per_datagram: base.cpu_ns_per_datagram,
-            lateness: sw["timer_lateness"].clone(),
-            transport: sw["transport"].clone(),
+            lateness: sw.event_loop.timer_lateness.clone(),
+            transport: sw.event_loop.transport.clone(),
         };
         println!(
             "  switchd:  {:>12.0} flits/s  {:>10.0} datagrams/s  ({:.1} flits/datagram, {:.0} B mean)",
@@ -434,16 +430,13 @@ impl Bench {
             f.baseline_cpu_ns_per_datagram / f.switch_cpu_ns_per_flit.max(1e-3)
         );
         println!("  switchd timer lateness: {}", lateness_text(&f.lateness));
-        if let Some(t) = f.transport.as_object() {
-            let per = |a: &str, b: &str| {
-                t[a].as_f64().unwrap_or(0.0) / t[b].as_f64().unwrap_or(0.0).max(1.0)
-            };
-            println!(
-                "  switchd datagrams per syscall: rx {:.2}, tx {:.2}",
-                per("rx_datagrams", "rx_syscalls"),
-                per("tx_datagrams", "tx_syscalls")
-            );
-        }
+        let t = &f.transport;
+        let per = |a: u64, b: u64| a as f64 / (b as f64).max(1.0);
+        println!(
+            "  switchd datagrams per syscall: rx {:.2}, tx {:.2}",
+            per(t.rx_datagrams, t.rx_syscalls),
+            per(t.tx_datagrams, t.tx_syscalls)
+        );
         Ok(f)
     }
 
@@ -498,13 +491,13 @@ impl Bench {
         let run = self.pair_run(bandwidth, load, &tag)?;
         let (flits, dgrams, sw, hosts) =
             (run.flits_per_s, run.datagrams_per_s, run.switch, run.hosts);
-        let p = |q: &str| {
+        let p = |q: &dyn Fn(&Percentiles) -> u64| {
             hosts
                 .iter()
-                .map(|h| h["latency_ns"][q].as_f64().unwrap_or(0.0))
+                .map(|h| q(&h.endpoint.latency_ns) as f64)
                 .fold(0.0, f64::max)
         };
-        let (p50, p99) = (p("p50"), p("p99"));
+        let (p50, p99) = (p(&|l| l.p50), p(&|l| l.p99));
         let size = sat.mean_datagram_bytes.round().clamp(32.0, 1400.0) as usize;
         let rate = Some(dgrams.max(100.0));
         let base = baseline(size, rate, self.window)?;
@@ -544,7 +537,7 @@ impl Bench {
         );
         println!(
             "        switchd timer lateness: {}",
-            lateness_text(&sw["timer_lateness"])
+            lateness_text(&sw.event_loop.timer_lateness)
         );
         Ok(json!({
             "links": if bandwidth.is_some() { "paced" } else { "unpaced" },
@@ -556,7 +549,7 @@ impl Bench {
             "process_baseline_p50_ns": procs.p50_ns, "process_baseline_p99_ns": procs.p99_ns,
             "p50_ratio_vs_process_baseline": p50 / procs.p50_ns.max(1.0),
             "emulated_ideal_ns": ideal_ns,
-            "switch_timer_lateness": sw["timer_lateness"],
+            "switch_timer_lateness": sw.event_loop.timer_lateness,
         }))
     }
 
@@ -590,10 +583,10 @@ impl Bench {
         fabric.start_traffic(&spec)?;
         std::thread::sleep(duration);
         let reports = report::drain(&fabric, Duration::from_secs(5))?;
-        let switches = fabric.reports(false)?;
+        let switches = fabric.switch_reports()?;
         let lateness: Vec<f64> = switches
             .iter()
-            .map(|(_, r)| r["timer_lateness"]["p99_ns"].as_f64().unwrap_or(0.0))
+            .map(|(_, r)| r.event_loop.timer_lateness.p99_ns as f64)
             .collect();
         let run = RunReport::build(&topo, "auto", &spec, reports, switches, vec![], took);
         fabric.shutdown()?;
@@ -624,8 +617,8 @@ impl Bench {
     fn transports(&self) -> Result<Value> {
         println!("== transports: udp (loopback) vs ethernet (AF_PACKET on veth pairs)");
         let both = [DataTransport::Udp, DataTransport::Ethernet];
-        let mut best: [(f64, f64, f64, Value); 2] =
-            std::array::from_fn(|_| (0.0, 0.0, 0.0, Value::Null));
+        let mut best: [(f64, f64, f64, TransportCounters); 2] =
+            std::array::from_fn(|_| (0.0, 0.0, 0.0, TransportCounters::default()));
         for round in 0..2 {
             for (i, &t) in both.iter().enumerate() {
                 let run = self.pair_run_on(t, None, 1.0, &format!("tr-{}-{round}", t.name()))?;
@@ -640,7 +633,7 @@ impl Bench {
                     t.name()
                 );
                 if flits > best[i].0 {
-                    best[i] = (flits, dgrams, bytes, sw["transport"].clone());
+                    best[i] = (flits, dgrams, bytes, sw.event_loop.transport.clone());
                 }
             }
         }
@@ -758,9 +751,9 @@ impl Bench {
         std::thread::sleep(Duration::from_secs_f64(nominal));
         while started.elapsed() < budget {
             let delivered: u64 = fabric
-                .reports(true)?
+                .host_reports()?
                 .iter()
-                .map(|(_, r)| r["sink"]["delivered_messages"].as_u64().unwrap_or(0))
+                .map(|(_, r)| r.endpoint.sink.delivered_messages)
                 .sum();
             if delivered >= expected {
                 break;
@@ -772,7 +765,7 @@ impl Bench {
             "  all-to-all took {all_to_all_s:.1} s (nominal {nominal:.1} s at the offered rate)"
         );
         let reports = report::drain(&fabric, Duration::from_secs(30))?;
-        let switches = fabric.reports(false)?;
+        let switches = fabric.switch_reports()?;
         let run = RunReport::build(&topo, "auto", &spec, reports, switches, vec![], took);
         fabric.shutdown()?;
         let delivered_all = run.lossless && run.totals.messages_delivered == expected;

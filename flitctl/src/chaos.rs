@@ -17,8 +17,9 @@ use crate::session::{traffic_spec, Collected, Session, SessionOptions};
 use crate::up::{compute_routes, TrafficArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use flitnet_core::control::Request;
+use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
 use flitnet_core::routing::RoutingTables;
+use flitnet_core::switch::DropReason;
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
 use flitnet_runtime::control::ControlClient;
@@ -145,10 +146,9 @@ pub struct ChaosReport {
     pub actions: Vec<ActionTiming>,
     pub accounting: Accounting,
     pub after_last_action: Option<AfterLastAction>,
-    /// Messages sent again by a host-side recovery protocol (the hosts'
-    /// `retransmitted_messages` counter, in `source` or `recovery`; 0
-    /// without one).
-    pub messages_retransmitted: u64,
+    /// Packets the hosts' recovery protocol (SBRP) sent again; 0 without
+    /// one.
+    pub packets_resent: u64,
     /// Route recomputations installed during the run.
     pub reroutes: usize,
     /// Packets the switches re-routed on their own (dynamic local
@@ -204,12 +204,14 @@ fn spawn_sampler(
                 }
                 let body = slot.as_mut().map(|c| c.call_ok(Request::Report));
                 match body {
-                    Some(Ok(r)) => {
-                        s.delivered_flits += r["sink"]["delivered_flits"].as_u64().unwrap_or(0);
-                        s.delivered_messages +=
-                            r["sink"]["delivered_messages"].as_u64().unwrap_or(0);
-                        s.sent_messages += r["source"]["messages_sent"].as_u64().unwrap_or(0);
-                    }
+                    Some(Ok(reply)) => match reply.into_host_report() {
+                        Ok(r) => {
+                            s.delivered_flits += r.endpoint.sink.delivered_flits;
+                            s.delivered_messages += r.endpoint.sink.delivered_messages;
+                            s.sent_messages += r.endpoint.source.messages_sent;
+                        }
+                        Err(_) => complete = false,
+                    },
                     _ => {
                         *slot = None;
                         complete = false;
@@ -241,7 +243,7 @@ struct Controller<'a> {
     /// First and latest unhandled change of `down_ends`.
     dirty: Option<(Instant, Instant)>,
     /// Reports of switches read just before they were SIGKILLed.
-    retired: Vec<serde_json::Value>,
+    retired: Vec<SwitchReport>,
     killed_capacity: u64,
     /// Flits one port can buffer (VCs × depth).
     buffered_per_port: u64,
@@ -457,12 +459,12 @@ impl Controller<'_> {
         if !self.mechanism.is_dlr() {
             return None;
         }
-        let live = self.fabric.reports(false).ok()?;
+        let live = self.fabric.switch_reports().ok()?;
         Some(
             live.iter()
                 .map(|(_, r)| r)
                 .chain(self.retired.iter())
-                .map(|r| num(&r["reroutes"]))
+                .map(|r| r.counters.reroutes)
                 .sum(),
         )
     }
@@ -472,7 +474,11 @@ impl Controller<'_> {
         let local_reroutes_before = self.local_reroutes_now();
         if let (ActionKind::SigkillSwitch, Target::Switch(s)) = (action.kind, action.target) {
             // Its counters die with it: keep what it counted so far.
-            if let Ok(r) = self.fabric.report_of(NodeRef::Switch(s)) {
+            if let Ok(r) = self
+                .fabric
+                .report_of(NodeRef::Switch(s))
+                .and_then(|reply| Ok(reply.into_switch_report()?))
+            {
                 self.retired.push(r);
             }
         }
@@ -572,8 +578,8 @@ fn timings(
     applied: &[Applied],
     records: &[Record],
     traffic_start_ns: u64,
-    switches: &[(NodeRef, serde_json::Value)],
-    hosts: &[(NodeRef, serde_json::Value)],
+    switches: &[(NodeRef, SwitchReport)],
+    hosts: &[(NodeRef, HostDaemonReport)],
 ) -> Vec<ActionTiming> {
     let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
     applied
@@ -596,23 +602,26 @@ fn timings(
                 timing.count = Some(a.action.count);
                 if let Target::Link { end, .. } = a.action.target {
                     // A switch port's counters, or a host's link counters.
-                    let port_counter = |e: Option<PortRef>, field: &str| {
+                    let port_counter = |e: Option<PortRef>, field: LinkCounter| {
                         e.and_then(|r| {
                             let switch = switches.iter().find(|(n, _)| *n == r.node);
                             let host = hosts.iter().find(|(n, _)| *n == r.node);
                             match (switch, host) {
                                 (Some((_, rep)), _) => {
-                                    rep["ports"][r.port as usize][field].as_u64()
+                                    let p = rep.counters.ports.get(r.port as usize)?;
+                                    Some(field.of_port(p))
                                 }
-                                (None, Some((_, rep))) => rep["link"][field].as_u64(),
+                                (None, Some((_, rep))) => Some(field.of_host_link(&rep.link)),
                                 (None, None) => None,
                             }
                         })
                     };
                     let receiver = topo.peer(end);
-                    timing.crc_errors_at_receiver = port_counter(receiver, "crc_errors");
-                    timing.link_errors_at_receiver = port_counter(receiver, "link_errors");
-                    timing.link_resets_at_sender = port_counter(Some(end), "peer_link_resets");
+                    timing.crc_errors_at_receiver = port_counter(receiver, LinkCounter::CrcErrors);
+                    timing.link_errors_at_receiver =
+                        port_counter(receiver, LinkCounter::LinkErrors);
+                    timing.link_resets_at_sender =
+                        port_counter(Some(end), LinkCounter::PeerLinkResets);
                     // Detection: the first link error either end reported;
                     // back up: both ends reported port-up with no link
                     // error after (a run of damaged datagrams retrains the
@@ -694,38 +703,54 @@ fn timings(
         .collect()
 }
 
-fn num(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or(0)
+/// A link error counter, read from a switch port or a host's link.
+#[derive(Clone, Copy)]
+enum LinkCounter {
+    CrcErrors,
+    LinkErrors,
+    PeerLinkResets,
+}
+
+impl LinkCounter {
+    fn of_port(self, p: &flitnet_core::switch::PortCounters) -> u64 {
+        match self {
+            LinkCounter::CrcErrors => p.crc_errors,
+            LinkCounter::LinkErrors => p.link_errors,
+            LinkCounter::PeerLinkResets => p.peer_link_resets,
+        }
+    }
+
+    fn of_host_link(self, l: &flitnet_core::control::HostLinkReport) -> u64 {
+        match self {
+            LinkCounter::CrcErrors => l.crc_errors,
+            LinkCounter::LinkErrors => l.link_errors,
+            LinkCounter::PeerLinkResets => l.peer_link_resets,
+        }
+    }
 }
 
 /// Switch-side loss counters, summed over `reports`.
-fn add_switch_losses(acc: &mut Accounting, reports: &[&serde_json::Value]) {
+fn add_switch_losses(acc: &mut Accounting, reports: &[&SwitchReport]) {
     for r in reports {
-        if let Some(drops) = r["drops"].as_object() {
-            for (cause, v) in drops {
-                *acc.dropped_flits
-                    .entry(cause.replace('_', "-"))
-                    .or_default() += num(v);
-            }
+        for reason in DropReason::ALL {
+            *acc.dropped_flits
+                .entry(reason.name().to_string())
+                .or_default() += r.counters.drops.get(reason);
         }
-        if let Some(drops) = r["dropped_packets"].as_object() {
-            for (cause, v) in drops {
-                *acc.dropped_packets.entry(cause.clone()).or_default() += num(v);
-            }
+        for (cause, n) in &r.dropped_packets {
+            *acc.dropped_packets.entry(cause.clone()).or_default() += n;
         }
-        if let Some(ports) = r["ports"].as_array() {
-            for p in ports {
-                acc.link_lost_flits += num(&p["lost_flits"]);
-                acc.crc_errors += num(&p["crc_errors"]);
-                acc.link_errors += num(&p["link_errors"]);
-            }
+        for p in &r.counters.ports {
+            acc.link_lost_flits += p.lost_flits;
+            acc.crc_errors += p.crc_errors;
+            acc.link_errors += p.link_errors;
         }
-        acc.dropped_at_disabled_ports += num(&r["rx_dropped_down"]);
+        acc.dropped_at_disabled_ports += r.rx_dropped_down;
     }
 }
 
 /// Every flit the switches counted as lost, for the after-repair check.
-fn flits_lost_total(reports: &[(NodeRef, serde_json::Value)]) -> u64 {
+fn flits_lost_total(reports: &[(NodeRef, SwitchReport)]) -> u64 {
     let mut acc = Accounting::default();
     add_switch_losses(
         &mut acc,
@@ -737,7 +762,7 @@ fn flits_lost_total(reports: &[(NodeRef, serde_json::Value)]) -> u64 {
 fn accounting(
     run: &RunReport,
     collected: &Collected,
-    retired: &[serde_json::Value],
+    retired: &[SwitchReport],
     killed_capacity: u64,
 ) -> Accounting {
     let mut acc = Accounting {
@@ -747,7 +772,7 @@ fn accounting(
         killed_switch_capacity_flits: killed_capacity,
         ..Accounting::default()
     };
-    let reports: Vec<&serde_json::Value> = collected
+    let reports: Vec<&SwitchReport> = collected
         .switches
         .iter()
         .map(|(_, r)| r)
@@ -996,19 +1021,16 @@ pub fn run_scenario(
         actions,
         accounting: acc,
         after_last_action,
-        messages_retransmitted: collected
+        packets_resent: collected
             .hosts
             .iter()
-            .map(|(_, r)| {
-                num(&r["source"]["retransmitted_messages"])
-                    + num(&r["recovery"]["retransmitted_messages"])
-            })
+            .map(|(_, r)| r.endpoint.sbrp.resent_packets)
             .sum(),
         reroutes: ctl.reroutes,
         local_reroutes: collected
             .switches
             .iter()
-            .map(|(_, r)| num(&r["reroutes"]))
+            .map(|(_, r)| r.counters.reroutes)
             .sum(),
         failed_actions: ctl.failed_actions.clone(),
         throughput,
@@ -1115,16 +1137,16 @@ fn drive(
             ctl.serve_until(Instant::now() + Duration::from_millis(50));
         }
         if ctl.dirty.is_none() && Instant::now() < start + duration {
-            let hosts = ctl.fabric.reports(true)?;
+            let hosts = ctl.fabric.host_reports()?;
             let sent = hosts
                 .iter()
-                .map(|(_, r)| num(&r["source"]["messages_sent"]))
+                .map(|(_, r)| r.endpoint.source.messages_sent)
                 .sum();
             let delivered = hosts
                 .iter()
-                .map(|(_, r)| num(&r["sink"]["delivered_messages"]))
+                .map(|(_, r)| r.endpoint.sink.delivered_messages)
                 .sum();
-            let lost = flits_lost_total(&ctl.fabric.reports(false)?);
+            let lost = flits_lost_total(&ctl.fabric.switch_reports()?);
             settled = Some((start.elapsed().as_secs_f64(), sent, delivered, lost));
         }
     }
@@ -1137,7 +1159,7 @@ impl Controller<'_> {
     fn fabric_collect(&mut self, drain: &Drain, timeout: Duration) -> Result<Collected> {
         self.serve_until(Instant::now() + Duration::from_millis(200));
         let hosts = report::drain_until(&self.fabric, timeout, drain)?;
-        let switches = self.fabric.reports(false)?;
+        let switches = self.fabric.switch_reports()?;
         Ok(Collected { hosts, switches })
     }
 }
@@ -1206,8 +1228,8 @@ impl fmt::Display for ChaosReport {
         }
         writeln!(
             f,
-            "  recovery    {} re-routes, {} local reroutes in switches, {} messages retransmitted",
-            self.reroutes, self.local_reroutes, self.messages_retransmitted
+            "  recovery    {} re-routes, {} local reroutes in switches, {} packets resent",
+            self.reroutes, self.local_reroutes, self.packets_resent
         )?;
         if self.mechanism.contains("sbrp") {
             let t = &self.run.totals;
@@ -1352,12 +1374,14 @@ mod tests {
 
     #[test]
     fn losses_beyond_the_counted_causes_break_the_promise() {
-        let switch = json!({
-            "drops": {"port_down": 5, "no_route": 2, "orphan": 0},
-            "dropped_packets": {"port-down": 1},
-            "ports": [{"lost_flits": 1, "crc_errors": 2}, {"lost_flits": 0, "crc_errors": 0}],
-            "rx_dropped_down": 1,
-        });
+        let mut switch = SwitchReport::default();
+        switch.counters.drops.port_down = 5;
+        switch.counters.drops.no_route = 2;
+        switch.dropped_packets.insert("port-down".into(), 1);
+        switch.counters.ports = vec![Default::default(), Default::default()];
+        switch.counters.ports[0].lost_flits = 1;
+        switch.counters.ports[0].crc_errors = 2;
+        switch.rx_dropped_down = 1;
         let collected = Collected {
             hosts: vec![],
             switches: vec![(NodeRef::Switch(0), switch)],

@@ -9,7 +9,8 @@
 use crate::netns::{interface_mac, interface_name, EthernetNet};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{
-    DaemonConfig, DataTransport, FabricParams, PortPeer, Request, Role, TrafficSpec,
+    DaemonConfig, DataTransport, FabricParams, HostDaemonReport, PortPeer, Reply, Request, Role,
+    SwitchReport, TrafficSpec,
 };
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
@@ -23,6 +24,11 @@ use std::time::{Duration, Instant};
 pub const DATA_PORT: u16 = 7000;
 pub const CONTROL_PORT: u16 = 7001;
 pub const METRICS_PORT: u16 = 9100;
+
+/// Every live host's report, in node order.
+pub type HostReports = Vec<(NodeRef, HostDaemonReport)>;
+/// Every live switch's report, in node order.
+pub type SwitchReports = Vec<(NodeRef, SwitchReport)>;
 
 /// How to launch a fabric.
 #[derive(Clone, Debug)]
@@ -509,7 +515,7 @@ impl Fabric {
         &self,
         filter: impl Fn(NodeRef) -> bool,
         request: impl Fn(NodeRef) -> Request + Sync,
-    ) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+    ) -> Result<Vec<(NodeRef, Reply)>> {
         let targets: Vec<usize> = (0..self.daemons.len())
             .filter(|&i| !self.daemons[i].dead && filter(self.daemons[i].node))
             .collect();
@@ -517,7 +523,7 @@ impl Fabric {
         // scheduling delay, and route installation after a fault should
         // cost one such delay, not one per daemon in a batch.
         let chunk = targets.len().div_ceil(64).max(1);
-        let results: Vec<Result<Vec<(NodeRef, serde_json::Value)>>> = std::thread::scope(|scope| {
+        let results: Vec<Result<Vec<(NodeRef, Reply)>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = targets
                 .chunks(chunk)
                 .map(|part| {
@@ -619,9 +625,9 @@ impl Fabric {
         loop {
             let left: u64 = self
                 .broadcast(|_| true, |_| Request::InFlight)?
-                .iter()
-                .map(|(_, body)| body["in_flight_flits"].as_u64().unwrap_or(0))
-                .sum();
+                .into_iter()
+                .map(|(_, reply)| reply.into_in_flight())
+                .sum::<Result<u64, _>>()?;
             zero_readings = if left == 0 { zero_readings + 1 } else { 0 };
             if zero_readings >= 2 {
                 return Ok(None);
@@ -647,12 +653,20 @@ impl Fabric {
         Ok(())
     }
 
-    /// Reports of every host (or switch), as JSON.
-    pub fn reports(&self, hosts: bool) -> Result<Vec<(NodeRef, serde_json::Value)>> {
-        self.broadcast(
-            move |n| matches!(n, NodeRef::Host(_)) == hosts,
-            |_| Request::Report,
-        )
+    /// Reports of every live host.
+    pub fn host_reports(&self) -> Result<HostReports> {
+        self.broadcast(|n| matches!(n, NodeRef::Host(_)), |_| Request::Report)?
+            .into_iter()
+            .map(|(n, reply)| Ok((n, reply.into_host_report()?)))
+            .collect()
+    }
+
+    /// Reports of every live switch.
+    pub fn switch_reports(&self) -> Result<SwitchReports> {
+        self.broadcast(|n| matches!(n, NodeRef::Switch(_)), |_| Request::Report)?
+            .into_iter()
+            .map(|(n, reply)| Ok((n, reply.into_switch_report()?)))
+            .collect()
     }
 
     /// Kills (`up = false`) or restores a link: both ends' ports go down, as
@@ -785,7 +799,7 @@ impl Fabric {
     }
 
     /// The report of one daemon.
-    pub fn report_of(&self, node: NodeRef) -> Result<serde_json::Value> {
+    pub fn report_of(&self, node: NodeRef) -> Result<Reply> {
         let i = self.daemon_of(node);
         self.client(i)?
             .call_ok(Request::Report)

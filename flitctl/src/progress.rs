@@ -35,14 +35,13 @@ pub struct HostTotals {
 }
 
 impl HostTotals {
-    pub fn from_reports(reports: &[(flitnet_core::topology::NodeRef, serde_json::Value)]) -> Self {
-        let u = |r: &serde_json::Value, a: &str, b: &str| r[a][b].as_u64().unwrap_or(0);
+    pub fn from_reports(reports: &crate::fabric::HostReports) -> Self {
         reports
             .iter()
             .fold(HostTotals::default(), |t, (_, r)| HostTotals {
-                messages_sent: t.messages_sent + u(r, "source", "messages_sent"),
-                messages_delivered: t.messages_delivered + u(r, "sink", "delivered_messages"),
-                flits_delivered: t.flits_delivered + u(r, "sink", "delivered_flits"),
+                messages_sent: t.messages_sent + r.endpoint.source.messages_sent,
+                messages_delivered: t.messages_delivered + r.endpoint.sink.delivered_messages,
+                flits_delivered: t.flits_delivered + r.endpoint.sink.delivered_flits,
             })
     }
 }
@@ -80,7 +79,7 @@ impl Progress {
                 return;
             }
             std::thread::sleep((at - now).min(Self::INTERVAL));
-            if let Ok(reports) = fabric.reports(true) {
+            if let Ok(reports) = fabric.host_reports() {
                 let totals = HostTotals::from_reports(&reports);
                 eprintln!("{}", self.line(totals, Instant::now()));
                 let _ = std::io::stderr().flush();
@@ -139,18 +138,16 @@ mod tests {
     }
 
     #[test]
-    fn totals_sum_the_host_reports_and_ignore_missing_fields() {
+    fn totals_sum_the_host_reports() {
+        use flitnet_core::control::HostDaemonReport;
         use flitnet_core::topology::NodeRef;
+        let mut busy = HostDaemonReport::default();
+        busy.endpoint.source.messages_sent = 3;
+        busy.endpoint.sink.delivered_messages = 2;
+        busy.endpoint.sink.delivered_flits = 40;
         let reports = vec![
-            (
-                NodeRef::Host(0),
-                serde_json::json!({"source": {"messages_sent": 3},
-                                   "sink": {"delivered_messages": 2, "delivered_flits": 40}}),
-            ),
-            (
-                NodeRef::Host(1),
-                serde_json::json!({"error": "no such fields"}),
-            ),
+            (NodeRef::Host(0), busy),
+            (NodeRef::Host(1), HostDaemonReport::default()),
         ];
         assert_eq!(
             HostTotals::from_reports(&reports),

@@ -2,9 +2,10 @@
 //! fault detection and recovery times, and printing them.
 
 use crate::events::{EventLog, Record};
-use crate::fabric::Fabric;
+use crate::fabric::{Fabric, HostReports, SwitchReports};
 use anyhow::Result;
-use flitnet_core::control::TrafficSpec;
+use flitnet_core::control::{HostDaemonReport, TrafficSpec};
+use flitnet_core::switch::DropReason;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,18 +75,10 @@ pub fn wait_detection(
     })
 }
 
-fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for p in path {
-        cur = &cur[*p];
-    }
-    cur.as_u64().unwrap_or(0)
-}
-
 /// Polls host reports until every host has sent everything it generated
 /// and deliveries stop changing (in-flight messages have landed), or
 /// `timeout` passes. Returns the last reports.
-pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+pub fn drain(fabric: &Fabric, timeout: Duration) -> Result<HostReports> {
     drain_until(fabric, timeout, &Drain::default())
 }
 
@@ -102,33 +95,29 @@ pub struct Drain {
 }
 
 /// [`drain`], waiting also for what `what` asks.
-pub fn drain_until(
-    fabric: &Fabric,
-    timeout: Duration,
-    what: &Drain,
-) -> Result<Vec<(NodeRef, serde_json::Value)>> {
+pub fn drain_until(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<HostReports> {
     let deadline = Instant::now() + timeout;
     let mut last_delivered = u64::MAX;
     let mut stable_since = Instant::now();
     loop {
-        let reports = fabric.reports(true)?;
+        let reports = fabric.host_reports()?;
         let delivered: u64 = reports
             .iter()
-            .map(|(_, r)| u(r, &["sink", "delivered_messages"]))
+            .map(|(_, r)| r.endpoint.sink.delivered_messages)
             .sum();
         let sent: u64 = reports
             .iter()
-            .map(|(_, r)| u(r, &["source", "messages_sent"]))
+            .map(|(_, r)| r.endpoint.source.messages_sent)
             .sum();
         let reachable = || {
             reports
                 .iter()
                 .filter(|(n, _)| !what.unreachable.contains(n))
         };
-        let drained = reachable().all(|(_, r)| r["drained"].as_bool().unwrap_or(false));
+        let drained = reachable().all(|(_, r)| r.drained);
         let released = !what.until_released
             || reachable()
-                .all(|(_, r)| u(r, &["retained"]) == 0 && u(r, &["recovery_in_progress"]) == 0);
+                .all(|(_, r)| r.endpoint.retained == 0 && r.endpoint.recovery_in_progress == 0);
         if delivered != last_delivered {
             last_delivered = delivered;
             stable_since = Instant::now();
@@ -148,12 +137,15 @@ pub fn drain_until(
 pub fn save_reports(
     run_dir: &std::path::Path,
     topo: &Topology,
-    hosts: &[(NodeRef, serde_json::Value)],
-    switches: &[(NodeRef, serde_json::Value)],
+    hosts: &[(NodeRef, HostDaemonReport)],
+    switches: &SwitchReports,
 ) -> Result<()> {
     let mut all = serde_json::Map::new();
-    for (n, r) in hosts.iter().chain(switches) {
-        all.insert(topo.node_name(*n).to_string(), r.clone());
+    for (n, r) in hosts {
+        all.insert(topo.node_name(*n).to_string(), serde_json::to_value(r)?);
+    }
+    for (n, r) in switches {
+        all.insert(topo.node_name(*n).to_string(), serde_json::to_value(r)?);
     }
     let path = run_dir.join("reports.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&all)?)
@@ -218,6 +210,52 @@ pub struct Totals {
     /// (exact mean and variance, for confidence intervals).
     #[serde(default)]
     pub recovered_latency_moments_ns: flitnet_core::host::histogram::Moments,
+}
+
+impl Totals {
+    /// Sums every host's delivery report and the switches' SBRP counters.
+    pub fn of(hosts: &[(NodeRef, HostDaemonReport)], switches: &SwitchReports) -> Totals {
+        let mut t = Totals::default();
+        let (mut rec_n, mut rec_sum) = (0u64, 0.0f64);
+        for (_, r) in hosts {
+            let e = &r.endpoint;
+            t.messages_generated += e.source.generated_messages;
+            t.messages_sent += e.source.messages_sent;
+            t.not_generated_queue_full += e.source.not_generated_queue_full;
+            t.flits_sent += e.source.flits_sent;
+            t.messages_delivered += e.sink.delivered_messages;
+            t.flits_delivered += e.sink.delivered_flits;
+            t.duplicates += e.sink.duplicate_messages;
+            t.out_of_order += e.sink.out_of_order_messages;
+            t.corrupted += e.sink.corrupted_messages;
+            t.incomplete_packets += e.sink.incomplete_packets;
+            t.misdelivered_packets += e.sink.misdelivered_packets;
+            t.retained += e.retained as u64;
+            t.recovered_messages += e.sink.recovered_messages;
+            t.resent_flits += e.sbrp.resent_flits;
+            t.recover_requests += e.sbrp.rrq_received;
+            t.rrq_from_receivers += e.sbrp.rrq_sent;
+            t.resent_packets += e.sbrp.resent_packets;
+            t.duplicate_flits += e.sink.duplicate_flits;
+            t.recovered_latency_moments_ns
+                .merge(&e.recovered_latency_moments_ns);
+            let n = e.recovered_latency_ns.count;
+            if n > 0 {
+                rec_n += n;
+                rec_sum += n as f64 * e.recovered_latency_ns.mean;
+            }
+        }
+        t.messages_lost = t.messages_sent.saturating_sub(t.messages_delivered);
+        if rec_n > 0 {
+            t.recovered_latency_mean_us = rec_sum / rec_n as f64 / 1e3;
+        }
+        for (_, r) in switches {
+            t.rrq_from_switches += r.sbrp.rrq_sent;
+            t.rrq_parked += r.sbrp.rrq_parked;
+            t.rrq_overflow += r.sbrp.rrq_overflow;
+        }
+        t
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -308,7 +346,7 @@ impl RunReport {
     pub fn account_unreachable(
         &mut self,
         topo: &Topology,
-        hosts: &[(NodeRef, serde_json::Value)],
+        hosts: &[(NodeRef, HostDaemonReport)],
         unreachable: &BTreeSet<NodeRef>,
     ) {
         self.unreachable_hosts = unreachable
@@ -323,10 +361,7 @@ impl RunReport {
             NodeRef::Switch(_) => None,
         };
         let cut: BTreeSet<u32> = unreachable.iter().filter_map(id).collect();
-        let count = |r: &serde_json::Value, key: &str, peer: u32| {
-            r[key][peer.to_string()].as_u64().unwrap_or(0)
-        };
-        let by_host: BTreeMap<u32, &serde_json::Value> = hosts
+        let by_host: BTreeMap<u32, &HostDaemonReport> = hosts
             .iter()
             .filter_map(|(n, r)| Some((id(n)?, r)))
             .collect();
@@ -334,8 +369,9 @@ impl RunReport {
         for (&s, rs) in &by_host {
             for (&d, rd) in &by_host {
                 if s != d && (cut.contains(&s) || cut.contains(&d)) {
-                    let sent = count(rs, "sent_to", d);
-                    lost += sent.saturating_sub(count(rd, "delivered_from", s));
+                    let sent = rs.endpoint.sent_to.get(&d).copied().unwrap_or(0);
+                    let delivered = rd.endpoint.delivered_from.get(&s).copied().unwrap_or(0);
+                    lost += sent.saturating_sub(delivered);
                 }
             }
         }
@@ -343,7 +379,7 @@ impl RunReport {
         let held: u64 = by_host
             .iter()
             .filter(|(h, _)| cut.contains(h))
-            .map(|(_, r)| u(r, &["retained"]))
+            .map(|(_, r)| r.endpoint.retained as u64)
             .sum();
         let t = &mut self.totals;
         t.retained = t.retained.saturating_sub(held);
@@ -362,76 +398,39 @@ impl RunReport {
         topo: &Topology,
         engine: &str,
         spec: &TrafficSpec,
-        hosts: Vec<(NodeRef, serde_json::Value)>,
-        switches: Vec<(NodeRef, serde_json::Value)>,
+        hosts: HostReports,
+        switches: SwitchReports,
         faults: Vec<FaultTiming>,
         bring_up: Duration,
     ) -> RunReport {
-        let mut t = Totals::default();
+        let t = Totals::of(&hosts, &switches);
         let mut accepted = 0.0;
         let mut p50 = Vec::new();
         let (mut p99, mut max) = (0u64, 0u64);
-        let (mut rec_n, mut rec_sum) = (0u64, 0.0f64);
         for (_, r) in &hosts {
-            t.messages_generated += u(r, &["source", "generated_messages"]);
-            t.messages_sent += u(r, &["source", "messages_sent"]);
-            t.not_generated_queue_full += u(r, &["source", "not_generated_queue_full"]);
-            t.flits_sent += u(r, &["source", "flits_sent"]);
-            t.messages_delivered += u(r, &["sink", "delivered_messages"]);
-            t.flits_delivered += u(r, &["sink", "delivered_flits"]);
-            t.duplicates += u(r, &["sink", "duplicate_messages"]);
-            t.out_of_order += u(r, &["sink", "out_of_order_messages"]);
-            t.corrupted += u(r, &["sink", "corrupted_messages"]);
-            t.incomplete_packets += u(r, &["sink", "incomplete_packets"]);
-            t.misdelivered_packets += u(r, &["sink", "misdelivered_packets"]);
-            t.retained += u(r, &["retained"]);
-            t.recovered_messages += u(r, &["sink", "recovered_messages"]);
-            t.resent_flits += u(r, &["sbrp", "resent_flits"]);
-            t.recover_requests += u(r, &["sbrp", "rrq_received"]);
-            t.rrq_from_receivers += u(r, &["sbrp", "rrq_sent"]);
-            t.resent_packets += u(r, &["sbrp", "resent_packets"]);
-            t.duplicate_flits += u(r, &["sink", "duplicate_flits"]);
-            if let Ok(m) = serde_json::from_value(r["recovered_latency_moments_ns"].clone()) {
-                t.recovered_latency_moments_ns.merge(&m);
+            let e = &r.endpoint;
+            accepted += e.throughput.accepted_flits_per_s;
+            if e.latency_ns.count > 0 {
+                p50.push(e.latency_ns.p50);
+                p99 = p99.max(e.latency_ns.p99);
+                max = max.max(e.latency_ns.max);
             }
-            let n = u(r, &["recovered_latency_ns", "count"]);
-            if n > 0 {
-                rec_n += n;
-                rec_sum += n as f64 * r["recovered_latency_ns"]["mean"].as_f64().unwrap_or(0.0);
-            }
-            accepted += r["throughput"]["accepted_flits_per_s"]
-                .as_f64()
-                .unwrap_or(0.0);
-            if u(r, &["latency_ns", "count"]) > 0 {
-                p50.push(u(r, &["latency_ns", "p50"]));
-                p99 = p99.max(u(r, &["latency_ns", "p99"]));
-                max = max.max(u(r, &["latency_ns", "max"]));
-            }
-        }
-        t.messages_lost = t.messages_sent.saturating_sub(t.messages_delivered);
-        if rec_n > 0 {
-            t.recovered_latency_mean_us = rec_sum / rec_n as f64 / 1e3;
-        }
-        for (_, r) in &switches {
-            t.rrq_from_switches += u(r, &["sbrp", "rrq_sent"]);
-            t.rrq_parked += u(r, &["sbrp", "rrq_parked"]);
-            t.rrq_overflow += u(r, &["sbrp", "rrq_overflow"]);
         }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
         for (_, r) in &switches {
-            if let Some(obj) = r["drops"].as_object() {
-                for (reason, v) in obj {
-                    *drops.entry(reason.clone()).or_insert(0) += v.as_u64().unwrap_or(0);
+            for reason in DropReason::ALL {
+                let n = r.counters.drops.get(reason);
+                if n > 0 {
+                    *drops.entry(reason.name().to_string()).or_insert(0) += n;
                 }
             }
         }
-        drops.retain(|_, v| *v > 0);
-        let credit_violations = hosts
-            .iter()
-            .chain(&switches)
-            .map(|(_, r)| u(r, &["credit_violations"]))
-            .sum();
+        let credit_violations = hosts.iter().map(|(_, r)| r.credit_violations).sum::<u64>()
+            + switches
+                .iter()
+                .map(|(_, r)| r.credit_violations)
+                .sum::<u64>();
         let lossless = t.messages_lost == 0
             && t.duplicates == 0
             && t.out_of_order == 0
@@ -559,6 +558,7 @@ impl fmt::Display for RunReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flitnet_core::control::SwitchReport;
     use flitnet_core::topology::generators::{hypercube, mesh_or_torus};
 
     #[test]
@@ -598,8 +598,20 @@ mod tests {
             rounds: 1,
             seed: 1,
         };
-        let sw = |parked: u64, overflow: u64| serde_json::json!({"sbrp": {"rrq_sent": 3, "rrq_parked": parked, "rrq_overflow": overflow}});
-        let host = serde_json::json!({"sbrp": {"resent_packets": 2, "resent_flits": 16}});
+        let sw = |parked: u64, overflow: u64| {
+            let mut r = SwitchReport::default();
+            r.sbrp.rrq_sent = 3;
+            r.sbrp.rrq_parked = parked;
+            r.sbrp.rrq_overflow = overflow;
+            r
+        };
+        let resender = || {
+            let mut h = HostDaemonReport::default();
+            h.endpoint.sbrp.resent_packets = 2;
+            h.endpoint.sbrp.resent_flits = 16;
+            h
+        };
+        let host = resender();
         let r = RunReport::build(
             &cube,
             "auto",
@@ -629,10 +641,7 @@ mod tests {
             &cube,
             "auto",
             &spec,
-            vec![(
-                NodeRef::Host(0),
-                serde_json::json!({"sbrp": {"resent_packets": 2, "resent_flits": 16}}),
-            )],
+            vec![(NodeRef::Host(0), resender())],
             vec![(NodeRef::Switch(0), sw(0, 0))],
             vec![],
             Duration::from_millis(1),
@@ -643,23 +652,17 @@ mod tests {
     #[test]
     fn losses_on_flows_of_unreachable_hosts_are_counted_apart() {
         let cube = hypercube(2).unwrap();
-        let host = |sent_to: serde_json::Value, delivered_from: serde_json::Value| serde_json::json!({"sent_to": sent_to, "delivered_from": delivered_from, "retained": 1});
+        let host = |sent_to: &[(u32, u64)], delivered_from: &[(u32, u64)]| {
+            let mut h = HostDaemonReport::default();
+            h.endpoint.sent_to = sent_to.iter().copied().collect();
+            h.endpoint.delivered_from = delivered_from.iter().copied().collect();
+            h.endpoint.retained = 1;
+            h
+        };
         let hosts = vec![
-            (
-                NodeRef::Host(0),
-                host(
-                    serde_json::json!({"1": 5, "3": 4}),
-                    serde_json::json!({"1": 5}),
-                ),
-            ),
-            (
-                NodeRef::Host(1),
-                host(serde_json::json!({"0": 5}), serde_json::json!({"0": 4})),
-            ),
-            (
-                NodeRef::Host(3),
-                host(serde_json::json!({"0": 2}), serde_json::json!({})),
-            ),
+            (NodeRef::Host(0), host(&[(1, 5), (3, 4)], &[(1, 5)])),
+            (NodeRef::Host(1), host(&[(0, 5)], &[(0, 4)])),
+            (NodeRef::Host(3), host(&[(0, 2)], &[])),
         ];
         let mut r = RunReport {
             totals: Totals {

@@ -303,7 +303,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     controller.find_dead_switches();
     let Controller { log: fault_log, .. } = controller;
     let reports = report::drain(&fabric, Duration::from_secs(5))?;
-    let switch_reports = fabric.reports(false)?;
+    let switch_reports = fabric.switch_reports()?;
     let run = RunReport::build(
         &topo,
         &tables.engine,

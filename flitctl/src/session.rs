@@ -4,13 +4,13 @@
 //! messages and gather every daemon's report.
 
 use crate::events::EventLog;
-use crate::fabric::{Fabric, LaunchOptions};
+use crate::fabric::{Fabric, HostReports, LaunchOptions, SwitchReports};
 use crate::report;
 use crate::up::{compute_routes, TrafficArgs};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{FabricParams, TrafficSpec};
 use flitnet_core::routing::RoutingTables;
-use flitnet_core::topology::{FaultSet, NodeRef, Topology};
+use flitnet_core::topology::{FaultSet, Topology};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,8 +46,8 @@ pub struct Session {
 
 /// Every daemon's final report.
 pub struct Collected {
-    pub hosts: Vec<(NodeRef, serde_json::Value)>,
-    pub switches: Vec<(NodeRef, serde_json::Value)>,
+    pub hosts: HostReports,
+    pub switches: SwitchReports,
 }
 
 /// The directory `up` and `chaos` write into.
@@ -158,7 +158,7 @@ impl Session {
     /// every live daemon's report.
     pub fn collect(&self, drain: Duration) -> Result<Collected> {
         let hosts = report::drain(&self.fabric, drain)?;
-        let switches = self.fabric.reports(false)?;
+        let switches = self.fabric.switch_reports()?;
         Ok(Collected { hosts, switches })
     }
 

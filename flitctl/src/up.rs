@@ -3,19 +3,21 @@
 //! a link or a switch mid-run (and re-routes), prints a report, and stops
 //! everything.
 
-use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
+use crate::fabric::{Fabric, HostReports, Reconfiguration, ReconfigurationChoice, SwitchReports};
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::analysis::intermediate::Mechanisms;
-use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchingMode};
+use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchReport, SwitchingMode};
+use flitnet_core::host::intermediate::{IntermediateStats, RouteTableSummary};
 use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -481,24 +483,23 @@ pub struct Ft2eiDynReport {
 }
 
 impl Ft2eiDynReport {
-    fn from_switches(reports: &[(NodeRef, serde_json::Value)]) -> Self {
+    fn from_switches(reports: &SwitchReports) -> Self {
         let mut r = Ft2eiDynReport::default();
         let (mut first_fault, mut last_update) = (u64::MAX, 0u64);
         for (_, v) in reports {
-            let f = &v["ft2ei"];
-            let g = |k: &str| f[k].as_u64().unwrap_or(0);
-            r.ctrl_sent += g("ctrl_sent");
-            r.ctrl_received += g("ctrl_received");
-            r.ctrl_dropped += g("ctrl_dropped");
-            r.exclusion_updates += g("exclusion_updates");
-            r.deflections += g("deflections");
-            r.errors += g("errors");
-            if g("exclusion_updates") > 0 {
+            let f = &v.counters.ft2ei;
+            r.ctrl_sent += f.ctrl_sent;
+            r.ctrl_received += f.ctrl_received;
+            r.ctrl_dropped += f.ctrl_dropped;
+            r.exclusion_updates += f.exclusion_updates;
+            r.deflections += f.deflections;
+            r.errors += f.errors;
+            if f.exclusion_updates > 0 {
                 r.switches_updated += 1;
-                last_update = last_update.max(g("last_update_ns"));
+                last_update = last_update.max(f.last_update_ns);
             }
-            if g("fault_ns") > 0 {
-                first_fault = first_fault.min(g("fault_ns"));
+            if f.fault_ns > 0 {
+                first_fault = first_fault.min(f.fault_ns);
             }
         }
         if first_fault != u64::MAX && last_update >= first_fault {
@@ -599,11 +600,12 @@ impl IntermediateSetup {
                 },
             )
             .context("pushing the fault set to the hosts")?;
-        let sum = |k: &str| -> u64 {
-            answers
-                .iter()
-                .map(|(_, b)| b[k].as_u64().unwrap_or(0))
-                .sum()
+        let summaries = answers
+            .into_iter()
+            .map(|(_, reply)| reply.into_intermediate_routes())
+            .collect::<Result<Vec<_>, _>>()?;
+        let sum = |f: fn(&RouteTableSummary) -> u32| -> u64 {
+            summaries.iter().map(|s| f(s) as u64).sum()
         };
         // The same event as a switch re-route (the chaos report times
         // recovery by it), saying what was installed.
@@ -613,59 +615,66 @@ impl IntermediateSetup {
             "failed_links": faults.links.iter().collect::<Vec<_>>(),
             "mechanism": self.mechanisms.to_string(),
             "faulty_links": faults.links.len(),
-            "routed_pairs": sum("routed"),
-            "not_tolerated_pairs": sum("not_tolerated"),
-            "disconnected_pairs": sum("disconnected"),
+            "routed_pairs": sum(|s| s.routed),
+            "not_tolerated_pairs": sum(|s| s.not_tolerated),
+            "disconnected_pairs": sum(|s| s.disconnected),
         })))
     }
 
     /// The `intermediate` section of the JSON report.
-    pub fn report(
-        &self,
-        switches: &[(NodeRef, serde_json::Value)],
-        hosts: &[(NodeRef, serde_json::Value)],
-    ) -> serde_json::Value {
-        let sum = |rs: &[(NodeRef, serde_json::Value)], f: &dyn Fn(&serde_json::Value) -> u64| {
-            rs.iter().map(|(_, r)| f(r)).sum::<u64>()
+    pub fn report(&self, switches: &SwitchReports, hosts: &HostReports) -> IntermediateReport {
+        let host_sum = |f: fn(&IntermediateStats) -> u64| -> u64 {
+            hosts.iter().map(|(_, r)| f(&r.endpoint.intermediate)).sum()
         };
-        let drops = sum(switches, &drops_of);
-        let i = |k: &'static str| {
-            move |r: &serde_json::Value| r["intermediate"][k].as_u64().unwrap_or(0)
-        };
-        serde_json::json!({
-            "mechanism": self.mechanisms.to_string(),
-            "legs": self.legs,
-            "vcs": self.tables.vcs,
-            "intermediate_pops": sum(switches, &|r| r["intermediate_pops"].as_u64().unwrap_or(0)),
-            "packets_via_intermediate": sum(hosts, &i("packets_via_intermediate")),
-            "packets_deterministic": sum(hosts, &i("packets_deterministic")),
-            "packets_misrouted": sum(hosts, &i("packets_misrouted")),
-            "misroute_hops": sum(switches, &|r| r["misroute_hops"].as_u64().unwrap_or(0)),
-            "packets_unrouted": sum(hosts, &i("packets_unrouted")),
-            "switch_drops": drops,
-            // Items (flits, credits) that reached a port the controller had
-            // disabled, or were still propagating on it: lost with the link.
-            "lost_at_disabled_ports": sum(switches, &|r| r["rx_dropped_down"].as_u64().unwrap_or(0)),
-            "drops_at_switchover": self.drops_at_switchover,
-            "drops_after_switchover": self.drops_at_switchover.map(|d| drops.saturating_sub(d)),
-        })
+        let switch_sum =
+            |f: fn(&SwitchReport) -> u64| -> u64 { switches.iter().map(|(_, r)| f(r)).sum() };
+        let drops = switch_sum(SwitchReport::dropped_flits);
+        IntermediateReport {
+            mechanism: self.mechanisms.to_string(),
+            legs: self.legs,
+            vcs: self.tables.vcs,
+            intermediate_pops: switch_sum(|r| r.counters.intermediate_pops),
+            packets_via_intermediate: host_sum(|s| s.packets_via_intermediate),
+            packets_deterministic: host_sum(|s| s.packets_deterministic),
+            packets_misrouted: host_sum(|s| s.packets_misrouted),
+            misroute_hops: switch_sum(|r| r.counters.misroute_hops),
+            packets_unrouted: host_sum(|s| s.packets_unrouted),
+            switch_drops: drops,
+            lost_at_disabled_ports: switch_sum(|r| r.rx_dropped_down),
+            drops_at_switchover: self.drops_at_switchover,
+            drops_after_switchover: self.drops_at_switchover.map(|d| drops.saturating_sub(d)),
+        }
     }
 }
 
-/// Flits a switch dropped, all reasons, from its report.
-fn drops_of(r: &serde_json::Value) -> u64 {
-    r["drops"]
-        .as_object()
-        .map(|o| o.values().filter_map(|v| v.as_u64()).sum())
-        .unwrap_or(0)
+/// What seed 004's intermediate nodes did in a run (the `intermediate`
+/// section of `up --json`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IntermediateReport {
+    pub mechanism: String,
+    pub legs: u8,
+    pub vcs: u8,
+    /// Heads that started their next leg in a switch without ejection.
+    pub intermediate_pops: u64,
+    pub packets_via_intermediate: u64,
+    pub packets_deterministic: u64,
+    pub packets_misrouted: u64,
+    pub misroute_hops: u64,
+    pub packets_unrouted: u64,
+    pub switch_drops: u64,
+    /// Items (flits, credits) that reached a port the controller had
+    /// disabled, or were still propagating on it: lost with the link.
+    pub lost_at_disabled_ports: u64,
+    pub drops_at_switchover: Option<u64>,
+    pub drops_after_switchover: Option<u64>,
 }
 
 /// Every live switch's drops, summed.
 fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
     Ok(fabric
-        .reports(false)?
+        .switch_reports()?
         .iter()
-        .map(|(_, r)| drops_of(r))
+        .map(|(_, r)| r.dropped_flits())
         .sum())
 }
 
@@ -766,7 +775,7 @@ pub fn run(args: UpArgs) -> Result<()> {
         json["mechanism"] = format!("{:?}", args.mechanism).into();
         json["reroutes"] = reroutes.into();
         if let Some(r) = &intermediate {
-            json["intermediate"] = r.clone();
+            json["intermediate"] = serde_json::to_value(r)?;
         }
         if let Some(r) = &ft2ei {
             json["ft2ei"] = serde_json::to_value(r)?;
@@ -794,10 +803,11 @@ pub fn run(args: UpArgs) -> Result<()> {
             println!(
                 "intermediate nodes ({}): {} packets routed via intermediates, {} leg advances \
                  in switches, {} drops after the switchover",
-                r["mechanism"].as_str().unwrap_or("?"),
-                r["packets_via_intermediate"],
-                r["intermediate_pops"],
-                r["drops_after_switchover"]
+                r.mechanism,
+                r.packets_via_intermediate,
+                r.intermediate_pops,
+                r.drops_after_switchover
+                    .map_or("n/a".to_string(), |d| d.to_string())
             );
         }
     }
@@ -812,7 +822,7 @@ pub struct UpOutcome {
     /// Whether dynamic local rerouting was on.
     pub dlr: bool,
     /// The intermediate-node report (seed 004 mechanisms only).
-    pub intermediate: Option<serde_json::Value>,
+    pub intermediate: Option<IntermediateReport>,
     /// The dynamic FT²EI report (`--mechanism ft2ei-dyn` only).
     pub ft2ei: Option<Ft2eiDynReport>,
 }
@@ -1089,11 +1099,11 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         Duration::from_secs(5)
     };
     let reports = report::drain_until(&fabric, timeout, &drain)?;
-    let switch_reports = fabric.reports(false)?;
+    let switch_reports = fabric.switch_reports()?;
     report::save_reports(&run_dir, &topo, &reports, &switch_reports)?;
     let reroutes: u64 = switch_reports
         .iter()
-        .map(|(_, r)| r["reroutes"].as_u64().unwrap_or(0))
+        .map(|(_, r)| r.counters.reroutes)
         .sum();
     let intermediate = inodes.as_ref().map(|i| i.report(&switch_reports, &reports));
     let ft2ei = ft2ei_dyn.map(|_| Ft2eiDynReport::from_switches(&switch_reports));

@@ -5,7 +5,10 @@
 use anyhow::Result;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
-use flitnet_core::control::{DaemonConfig, Request, Response, Role, TrafficSpec};
+use flitnet_core::control::{
+    DaemonConfig, HostDaemonReport, HostLinkReport, NodeKind, Reply, Request, Response, Role,
+    TrafficSpec,
+};
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::intermediate::IntermediateRoutes;
 use flitnet_core::host::retained::ReleasePolicy;
@@ -124,9 +127,10 @@ impl Node for HostNode {
 
     fn control(&mut self, now: u64, request: Request) -> Response {
         match request {
-            Request::Ping => Response::Ok {
-                body: serde_json::json!({"name": self.name, "role": "host"}),
-            },
+            Request::Ping => Response::reply(Reply::Pong {
+                name: self.name.clone(),
+                role: NodeKind::Host,
+            }),
             Request::StartTraffic { spec } => match self.source_config(&spec) {
                 Ok(source) => match self.endpoint.set_source(source, spec.seed).and_then(|()| {
                     self.endpoint.set_recovery(SbrpConfig {
@@ -152,32 +156,32 @@ impl Node for HostNode {
                 tracing::debug!(paused, "injection");
                 Response::ok()
             }
-            Request::InFlight => Response::Ok {
-                body: serde_json::json!({"in_flight_flits": self.endpoint.in_flight_flits()}),
-            },
+            Request::InFlight => Response::reply(Reply::InFlight {
+                in_flight_flits: self.endpoint.in_flight_flits() as u64,
+            }),
             Request::Report => {
-                let mut body = serde_json::to_value(self.endpoint.report()).unwrap_or_default();
-                body["name"] = self.name.clone().into();
-                body["drained"] = self.endpoint.is_drained().into();
                 let link = self.endpoint.link().stats();
-                body["credit_violations"] = link.rx_overflow.into();
-                // Credits of a live link not back from the switch (in a
-                // drained fabric: a leak).
-                body["credits_missing"] = self.endpoint.link().credits_missing().into();
-                // The host link's errors and link error recoveries
-                // (docs/wire.md, "Link errors and retraining").
-                body["link"] = serde_json::json!({
-                    "crc_errors": link.crc_errors,
-                    "bad_datagrams": link.bad_datagrams,
-                    "seq_gaps": link.seq_gaps,
-                    "lost_flits": link.rx_lost_flits,
-                    "link_errors": link.link_errors,
-                    "peer_link_resets": link.peer_link_resets,
-                    "retrains": link.retrains,
-                    "last_recovery_ns": link.last_recovery_ns,
-                    "max_recovery_ns": link.max_recovery_ns,
-                });
-                Response::Ok { body }
+                Response::reply(Reply::HostReport(Box::new(HostDaemonReport {
+                    name: self.name.clone(),
+                    endpoint: self.endpoint.report(),
+                    drained: self.endpoint.is_drained(),
+                    credit_violations: link.rx_overflow,
+                    // Credits of a live link not back from the switch (in a
+                    // drained fabric: a leak).
+                    credits_missing: self.endpoint.link().credits_missing(),
+                    link: HostLinkReport {
+                        crc_errors: link.crc_errors,
+                        bad_datagrams: link.bad_datagrams,
+                        seq_gaps: link.seq_gaps,
+                        lost_flits: link.rx_lost_flits,
+                        link_errors: link.link_errors,
+                        peer_link_resets: link.peer_link_resets,
+                        retrains: link.retrains,
+                        last_recovery_ns: link.last_recovery_ns,
+                        max_recovery_ns: link.max_recovery_ns,
+                    },
+                    event_loop: Default::default(),
+                })))
             }
             Request::SetPort { port: 0, up } => {
                 self.endpoint.link_mut().set_admin_up(up);
@@ -232,9 +236,7 @@ impl Node for HostNode {
                             "intermediate-node routes installed"
                         );
                         self.endpoint.set_intermediate_routes(Some(routes));
-                        Response::Ok {
-                            body: serde_json::to_value(summary).unwrap_or_default(),
-                        }
+                        Response::reply(Reply::IntermediateRoutes(summary))
                     }
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
                 }

@@ -4,7 +4,7 @@
 //! back as one JSON line.
 
 use anyhow::{Context, Result};
-use flitnet_core::control::{Envelope, Request, Response};
+use flitnet_core::control::{Envelope, Reply, Request, Response};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -117,7 +117,7 @@ fn serve(
             }
         };
         let mut text = serde_json::to_string(&response)
-            .unwrap_or_else(|_| r#"{"status":"error","message":"unserialisable response"}"#.into());
+            .unwrap_or_else(|_| r#"{"error":{"message":"unserialisable response"}}"#.into());
         text.push('\n');
         if writer.write_all(text.as_bytes()).is_err() {
             break;
@@ -162,7 +162,7 @@ impl ControlClient {
     }
 
     /// Like [`ControlClient::call`] but turns an error answer into an error.
-    pub fn call_ok(&mut self, request: Request) -> Result<serde_json::Value> {
+    pub fn call_ok(&mut self, request: Request) -> Result<Reply> {
         match self.call(request)? {
             Response::Ok { body } => Ok(body),
             Response::Error { message } => anyhow::bail!("{message}"),

@@ -4,7 +4,7 @@ use crate::clock::now_ns;
 use crate::control::ControlInbox;
 use crate::transport::{Transport, TransportCounters, SEND_BATCH};
 use anyhow::{Context, Result};
-use flitnet_core::control::{Request, Response};
+use flitnet_core::control::{LoopReport, Reply, Request, Response, TimerLateness};
 use flitnet_core::topology::PortNo;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -102,14 +102,14 @@ impl Lateness {
         self.max_ns
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "timers": self.count,
-            "mean_ns": self.sum_ns.checked_div(self.count).unwrap_or(0),
-            "p50_ns": self.quantile_ns(0.5),
-            "p99_ns": self.quantile_ns(0.99),
-            "max_ns": self.max_ns,
-        })
+    pub fn summary(&self) -> TimerLateness {
+        TimerLateness {
+            timers: self.count,
+            mean_ns: self.sum_ns.checked_div(self.count).unwrap_or(0),
+            p50_ns: self.quantile_ns(0.5),
+            p99_ns: self.quantile_ns(0.99),
+            max_ns: self.max_ns,
+        }
     }
 }
 
@@ -295,15 +295,19 @@ pub fn run<N: Node>(node: &mut N, transport: &mut Transport, inbox: ControlInbox
 /// Adds the loop's own figures to a `Report` answer: how late timers fired
 /// and what the transport did (datagrams per system call).
 fn annotate_report(response: &mut Response, lateness: &Lateness, counters: &TransportCounters) {
-    if let Response::Ok { body } = response {
-        if let Some(obj) = body.as_object_mut() {
-            obj.insert("timer_lateness".into(), lateness.to_json());
-            obj.insert(
-                "transport".into(),
-                serde_json::to_value(counters).unwrap_or_default(),
-            );
-        }
-    }
+    let event_loop = match response {
+        Response::Ok {
+            body: Reply::SwitchReport(r),
+        } => &mut r.event_loop,
+        Response::Ok {
+            body: Reply::HostReport(r),
+        } => &mut r.event_loop,
+        _ => return,
+    };
+    *event_loop = LoopReport {
+        timer_lateness: lateness.summary(),
+        transport: counters.clone(),
+    };
 }
 
 #[cfg(test)]
@@ -320,7 +324,7 @@ mod tests {
         let p50 = l.quantile_ns(0.5);
         assert!((1_500..=2_048).contains(&p50), "{p50}");
         assert_eq!(l.quantile_ns(1.0), 1_000_000);
-        assert_eq!(l.to_json()["timers"], 6);
-        assert_eq!(l.to_json()["max_ns"], 1_000_000);
+        assert_eq!(l.summary().timers, 6);
+        assert_eq!(l.summary().max_ns, 1_000_000);
     }
 }

@@ -32,27 +32,8 @@ pub const RECV_SLOTS: usize = 32;
 /// Datagrams sent by one `sendmmsg` call at most.
 pub const SEND_BATCH: usize = 32;
 
-/// What the transport did and refused.
-#[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct TransportCounters {
-    pub unknown_peer: u64,
-    pub send_errors: u64,
-    pub would_block: u64,
-    /// Datagrams longer than the receive slots (cut by the kernel, dropped).
-    pub truncated: u64,
-    pub rx_datagrams: u64,
-    pub tx_datagrams: u64,
-    /// `recvmmsg` calls that returned at least one datagram.
-    pub rx_syscalls: u64,
-    /// `sendmmsg`/`sendto` calls.
-    pub tx_syscalls: u64,
-    /// Ethernet: frames that were not flitnet frames or whose length field
-    /// overran them.
-    pub bad_frames: u64,
-    /// Ethernet: datagrams longer than the port interface's MTU carries,
-    /// refused instead of sent.
-    pub oversized: u64,
-}
+/// What the transport did and refused (reported with every daemon report).
+pub use flitnet_core::control::TransportCounters;
 
 /// The data transport a daemon runs (`FabricParams::transport`).
 pub enum Transport {

@@ -4,7 +4,9 @@
 
 use anyhow::Result;
 use clap::Parser;
-use flitnet_core::control::{DaemonConfig, EventKind, Request, Response, Role, SwitchingMode};
+use flitnet_core::control::{
+    DaemonConfig, EventKind, NodeKind, Reply, Request, Response, Role, SwitchReport, SwitchingMode,
+};
 use flitnet_core::link::LinkConfig;
 use flitnet_core::recovery::dlr::DlrSwitch;
 use flitnet_core::switch::{Switch, SwitchConfig, SwitchEvent, Switching};
@@ -153,9 +155,10 @@ impl Node for SwitchNode {
     fn control(&mut self, now: u64, request: Request) -> Response {
         let _ = now;
         match request {
-            Request::Ping => Response::Ok {
-                body: serde_json::json!({"name": self.name, "role": "switch"}),
-            },
+            Request::Ping => Response::reply(Reply::Pong {
+                name: self.name.clone(),
+                role: NodeKind::Switch,
+            }),
             Request::InstallTable { table, vc_policy } => {
                 let vcs = self.switch.config().vcs;
                 if vc_policy.min_vcs() > vcs {
@@ -207,9 +210,9 @@ impl Node for SwitchNode {
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
                 }
             }
-            Request::InFlight => Response::Ok {
-                body: serde_json::json!({"in_flight_flits": self.switch.in_flight_flits()}),
-            },
+            Request::InFlight => Response::reply(Reply::InFlight {
+                in_flight_flits: self.switch.in_flight_flits() as u64,
+            }),
             Request::SetPort { port, up } => match self.switch.set_port_admin(port, up) {
                 Ok(()) => {
                     tracing::info!(port, up, "port set by the controller");
@@ -219,40 +222,29 @@ impl Node for SwitchNode {
             },
             Request::Report => {
                 let c = self.switch.counters();
-                let mut body = serde_json::to_value(c).unwrap_or_default();
-                body["name"] = self.name.clone().into();
-                // Flits that arrived with no buffer slot for them: a credit
-                // protocol violation, which must never happen.
-                let overflow: u64 = (0..c.ports.len() as PortNo)
-                    .filter_map(|p| self.switch.link(p).ok())
-                    .map(|l| l.stats().rx_overflow)
-                    .sum();
-                body["credit_violations"] = overflow.into();
-                // Credits not (yet) back from the peers of live links: in a
-                // drained fabric every one is back, so anything left is a
-                // leak (lost flits whose slots were never written off).
-                let missing: u64 = self
-                    .cabled
-                    .iter()
-                    .filter_map(|&p| self.switch.link(p).ok())
-                    .map(|l| l.credits_missing())
-                    .sum();
-                body["credits_missing"] = missing.into();
-                // Items (flits and credits) that reached a disabled port or
-                // were still propagating when it was disabled: lost.
-                let dropped_down: u64 = (0..c.ports.len() as PortNo)
-                    .filter_map(|p| self.switch.link(p).ok())
-                    .map(|l| l.stats().rx_dropped_down)
-                    .sum();
-                body["rx_dropped_down"] = dropped_down.into();
-                body["dropped_packets"] =
-                    serde_json::to_value(&self.dropped_packets).unwrap_or_default();
-                body["corrupted_datagrams_sent"] =
-                    serde_json::to_value(&self.corrupted).unwrap_or_default();
-                // SBRP's switch half: RRQs sent as node C, NFTs made as A.
-                body["sbrp"] =
-                    serde_json::to_value(self.switch.sbrp_counters()).unwrap_or_default();
-                Response::Ok { body }
+                let links =
+                    || (0..c.ports.len() as PortNo).filter_map(|p| self.switch.link(p).ok());
+                Response::reply(Reply::SwitchReport(Box::new(SwitchReport {
+                    name: self.name.clone(),
+                    counters: c.clone(),
+                    credit_violations: links().map(|l| l.stats().rx_overflow).sum(),
+                    // Only live (cabled) links owe credits back.
+                    credits_missing: self
+                        .cabled
+                        .iter()
+                        .filter_map(|&p| self.switch.link(p).ok())
+                        .map(|l| l.credits_missing())
+                        .sum(),
+                    rx_dropped_down: links().map(|l| l.stats().rx_dropped_down).sum(),
+                    dropped_packets: self
+                        .dropped_packets
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect(),
+                    corrupted_datagrams_sent: self.corrupted.clone(),
+                    sbrp: self.switch.sbrp_counters().clone(),
+                    event_loop: Default::default(),
+                })))
             }
             Request::SetAllPorts { up } => {
                 for &port in &self.cabled {

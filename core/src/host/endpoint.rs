@@ -133,7 +133,7 @@ pub struct Throughput {
     pub accepted_messages_per_s: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostReport {
     pub host: HostId,
     pub pattern: String,

@@ -1,0 +1,254 @@
+//! Typed answers of the daemons to control requests. Each request has one
+//! reply kind ([`Reply`]); the controller matches on it instead of looking
+//! up JSON keys, so a renamed field is a compile error on both sides.
+
+use crate::host::endpoint::HostReport;
+use crate::host::intermediate::RouteTableSummary;
+use crate::switch::{SbrpSwitchCounters, SwitchCounters};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a daemon answers to a successful request.
+///
+/// Externally tagged (`{"host-report": {...}}`): an internally tagged enum
+/// makes serde buffer the body, and buffered maps lose their integer keys
+/// (the per-flow counts are keyed by host id).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reply {
+    /// The request was carried out; nothing to say.
+    Done,
+    /// Answer to [`super::Request::Ping`].
+    Pong { name: String, role: NodeKind },
+    /// Answer to [`super::Request::InFlight`].
+    InFlight { in_flight_flits: u64 },
+    /// A switch's answer to [`super::Request::Report`].
+    SwitchReport(Box<SwitchReport>),
+    /// A host's answer to [`super::Request::Report`].
+    HostReport(Box<HostDaemonReport>),
+    /// A host's answer to [`super::Request::SetIntermediateRoutes`].
+    IntermediateRoutes(RouteTableSummary),
+}
+
+/// Which kind of daemon answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeKind {
+    Switch,
+    Host,
+}
+
+/// How late the daemon's event loop fired its timers (a histogram summary).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimerLateness {
+    /// Timers fired.
+    pub timers: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// What the data transport did and refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportCounters {
+    pub unknown_peer: u64,
+    pub send_errors: u64,
+    pub would_block: u64,
+    /// Datagrams longer than the receive slots (cut by the kernel, dropped).
+    pub truncated: u64,
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    /// `recvmmsg` calls that returned at least one datagram.
+    pub rx_syscalls: u64,
+    /// `sendmmsg`/`sendto` calls.
+    pub tx_syscalls: u64,
+    /// Ethernet: frames that were not flitnet frames or whose length field
+    /// overran them.
+    pub bad_frames: u64,
+    /// Ethernet: datagrams longer than the port interface's MTU carries,
+    /// refused instead of sent.
+    pub oversized: u64,
+}
+
+/// The event loop's own figures, added by the runtime to every report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopReport {
+    #[serde(default)]
+    pub timer_lateness: TimerLateness,
+    #[serde(default)]
+    pub transport: TransportCounters,
+}
+
+/// Everything a switch daemon reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SwitchReport {
+    pub name: String,
+    pub counters: SwitchCounters,
+    /// Flits that arrived with no buffer slot for them: a credit protocol
+    /// violation, which must never happen.
+    pub credit_violations: u64,
+    /// Credits not (yet) back from the peers of live links: in a drained
+    /// fabric every one is back, so anything left is a leak.
+    pub credits_missing: u64,
+    /// Items (flits and credits) that reached a disabled port or were still
+    /// propagating when it was disabled: lost.
+    pub rx_dropped_down: u64,
+    /// Whole packets dropped, by drop reason label.
+    #[serde(default)]
+    pub dropped_packets: BTreeMap<String, u64>,
+    /// Datagrams deliberately corrupted (fault injection), per port.
+    #[serde(default)]
+    pub corrupted_datagrams_sent: Vec<u64>,
+    /// SBRP's switch half: RRQs sent as node C, NFTs made as A.
+    #[serde(default)]
+    pub sbrp: SbrpSwitchCounters,
+    #[serde(default)]
+    pub event_loop: LoopReport,
+}
+
+impl SwitchReport {
+    /// Flits dropped, every reason.
+    pub fn dropped_flits(&self) -> u64 {
+        self.counters.drops.total()
+    }
+}
+
+/// A host link's errors and recoveries (docs/wire.md, "Link errors and
+/// retraining").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostLinkReport {
+    pub crc_errors: u64,
+    pub bad_datagrams: u64,
+    pub seq_gaps: u64,
+    pub lost_flits: u64,
+    pub link_errors: u64,
+    pub peer_link_resets: u64,
+    pub retrains: u64,
+    pub last_recovery_ns: u64,
+    pub max_recovery_ns: u64,
+}
+
+/// Everything a host daemon reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostDaemonReport {
+    pub name: String,
+    pub endpoint: HostReport,
+    /// Nothing left to send or resend and nothing expected.
+    pub drained: bool,
+    pub credit_violations: u64,
+    pub credits_missing: u64,
+    #[serde(default)]
+    pub link: HostLinkReport,
+    #[serde(default)]
+    pub event_loop: LoopReport,
+}
+
+impl Reply {
+    /// The reply's kind, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reply::Done => "done",
+            Reply::Pong { .. } => "pong",
+            Reply::InFlight { .. } => "in-flight",
+            Reply::SwitchReport(_) => "switch-report",
+            Reply::HostReport(_) => "host-report",
+            Reply::IntermediateRoutes(_) => "intermediate-routes",
+        }
+    }
+}
+
+/// A daemon answered a request with a reply of another kind.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected a `{expected}` reply, got `{got}`")]
+pub struct UnexpectedReply {
+    pub expected: &'static str,
+    pub got: &'static str,
+}
+
+impl Reply {
+    fn unexpected(&self, expected: &'static str) -> UnexpectedReply {
+        UnexpectedReply {
+            expected,
+            got: self.kind(),
+        }
+    }
+
+    pub fn into_switch_report(self) -> Result<SwitchReport, UnexpectedReply> {
+        match self {
+            Reply::SwitchReport(r) => Ok(*r),
+            other => Err(other.unexpected("switch-report")),
+        }
+    }
+
+    pub fn into_host_report(self) -> Result<HostDaemonReport, UnexpectedReply> {
+        match self {
+            Reply::HostReport(r) => Ok(*r),
+            other => Err(other.unexpected("host-report")),
+        }
+    }
+
+    pub fn into_in_flight(self) -> Result<u64, UnexpectedReply> {
+        match self {
+            Reply::InFlight { in_flight_flits } => Ok(in_flight_flits),
+            other => Err(other.unexpected("in-flight")),
+        }
+    }
+
+    pub fn into_intermediate_routes(self) -> Result<RouteTableSummary, UnexpectedReply> {
+        match self {
+            Reply::IntermediateRoutes(r) => Ok(r),
+            other => Err(other.unexpected("intermediate-routes")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::Response;
+
+    #[test]
+    fn replies_round_trip_through_json_with_their_kind() {
+        let replies = [
+            Reply::Done,
+            Reply::Pong {
+                name: "s0".into(),
+                role: NodeKind::Switch,
+            },
+            Reply::InFlight { in_flight_flits: 7 },
+            Reply::SwitchReport(Box::new(SwitchReport {
+                name: "s0".into(),
+                credits_missing: 3,
+                ..SwitchReport::default()
+            })),
+        ];
+        for reply in replies {
+            let text = serde_json::to_string(&Response::reply(reply.clone())).unwrap();
+            assert!(text.contains(&format!("\"{}\"", reply.kind())), "{text}");
+            let back: Response = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, Response::reply(reply));
+        }
+    }
+
+    #[test]
+    fn host_reports_keep_their_per_flow_counts() {
+        let mut r = HostDaemonReport::default();
+        r.endpoint.sent_to.insert(3, 9);
+        r.endpoint.delivered_from.insert(12, 4);
+        let reply = Reply::HostReport(Box::new(r));
+        let text = serde_json::to_string(&Response::reply(reply.clone())).unwrap();
+        let back: Response = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, Response::reply(reply));
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_kind_names_both_kinds() {
+        let e = Reply::Done.into_host_report().unwrap_err();
+        assert_eq!(e.to_string(), "expected a `host-report` reply, got `done`");
+        assert_eq!(
+            Reply::InFlight { in_flight_flits: 4 }.into_in_flight(),
+            Ok(4)
+        );
+    }
+}
