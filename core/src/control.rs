@@ -6,8 +6,10 @@
 //! not match, so that a stray client on the same machine (or container
 //! network) cannot reprogram the fabric.
 
+mod event;
 mod reply;
 
+pub use event::{open_event, seal_event, EventAuthError};
 pub use reply::{
     HostDaemonReport, HostLinkReport, LoopReport, NodeKind, Reply, SwitchReport, TimerLateness,
     TransportCounters, UnexpectedReply,
@@ -256,7 +258,14 @@ pub struct DaemonEvent {
 pub enum EventKind {
     /// The link on `port` went down: the peer fell silent (keepalive
     /// timeout) or the port was administratively disabled.
-    PortDown { port: PortNo, reason: String },
+    PortDown {
+        port: PortNo,
+        reason: String,
+        /// When the peer was last heard (same clock as `time_ns`; 0 if
+        /// never): for a peer that died, the best estimate of when it did.
+        #[serde(default)]
+        last_heard_ns: u64,
+    },
     /// The link on `port` works again.
     PortUp { port: PortNo },
     /// A link error on `port` (docs/wire.md, "Link errors and retraining"):

@@ -552,6 +552,11 @@ impl Link {
         self.admin_up && self.alive
     }
 
+    /// When a datagram from the peer last arrived (0: never).
+    pub fn last_heard_ns(&self) -> u64 {
+        self.last_heard
+    }
+
     pub fn is_peer_alive(&self) -> bool {
         self.alive
     }

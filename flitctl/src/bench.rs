@@ -243,6 +243,7 @@ impl Bench {
             seed: 1,
             ready_timeout: Duration::from_secs(120),
             events_addr: None,
+            token: crate::fabric::new_token(),
             netns: None,
         };
         let started = Instant::now();

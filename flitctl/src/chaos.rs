@@ -8,19 +8,20 @@
 //! SIGKILLed switch is handled exactly like a pulled cable: its neighbours'
 //! keepalive timeouts are the detection.
 
-use crate::events::{EventLog, Record};
-use crate::fabric::{Fabric, Reconfiguration};
+use crate::controller::{fault_timing, link_name, Controller, Element, Policy, SETTLE_MAX};
+use crate::events::{ControllerEvent, Event, Record};
+use crate::fabric::Reconfiguration;
 use crate::plot::{self, Marker};
 use crate::report::{self, Drain, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Mechanism, Scenario, Target};
 use crate::session::{traffic_spec, Collected, Session, SessionOptions};
-use crate::up::{compute_routes, TrafficArgs};
+use crate::up::TrafficArgs;
 use anyhow::{Context, Result};
 use clap::Args;
+use flitnet_core::control::EventKind;
 use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
-use flitnet_core::routing::RoutingTables;
 use flitnet_core::switch::DropReason;
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
 use flitnet_runtime::control::ControlClient;
 use serde::{Deserialize, Serialize};
@@ -48,12 +49,6 @@ pub struct ChaosArgs {
     pub json: bool,
 }
 
-/// Quiet time after the last port event before the controller recomputes:
-/// a dead switch's neighbours time out within one keepalive interval of
-/// each other, and one recomputation for all of them is enough.
-const SETTLE: Duration = Duration::from_millis(20);
-/// Longest the controller waits for events to settle.
-const SETTLE_MAX: Duration = Duration::from_millis(100);
 /// Throughput sampling period.
 const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 
@@ -227,228 +222,26 @@ fn spawn_sampler(
     })
 }
 
-/// The controller: applies actions, watches daemon events, re-routes.
-struct Controller<'a> {
-    topo: &'a Topology,
-    fabric: Fabric,
-    events: EventLog,
+/// The chaos front end: applies the scenario's actions to the fabric the
+/// controller serves, and keeps what the report needs.
+struct Chaos<'a> {
+    ctl: Controller<'a>,
     mechanism: Mechanism,
-    engine: String,
-    /// Ends (node, port) whose daemon last reported the port down.
-    down_ends: BTreeSet<PortRef>,
-    /// Tables currently installed and the links they avoid.
-    tables: RoutingTables,
-    routed_around: BTreeSet<LinkId>,
-    cursor: usize,
-    /// First and latest unhandled change of `down_ends`.
-    dirty: Option<(Instant, Instant)>,
     /// Reports of switches read just before they were SIGKILLed.
     retired: Vec<SwitchReport>,
     killed_capacity: u64,
     /// Flits one port can buffer (VCs × depth).
     buffered_per_port: u64,
-    /// Virtual channels of the fabric.
-    vcs: u8,
-    reroutes: usize,
     applied: Vec<Applied>,
     /// Actions that could not be carried out, with why.
     failed_actions: Vec<String>,
-    /// Seed 004 intermediate nodes, when the mechanism is one of them.
-    intermediate: Option<crate::up::IntermediateSetup>,
-    /// How tables are swapped when re-routing.
-    reconfiguration: Reconfiguration,
 }
 
-fn link_name(topo: &Topology, l: LinkId) -> String {
-    let link = &topo.links[l as usize];
-    format!(
-        "{}:{}-{}:{}",
-        topo.node_name(link.a.node),
-        link.a.port,
-        topo.node_name(link.b.node),
-        link.b.port
-    )
-}
-
-/// A port-down caused by a link error (the link retrains on its own).
-pub(crate) fn is_link_error(event: &serde_json::Value) -> bool {
-    event["reason"]
-        .as_str()
-        .is_some_and(|r| r.starts_with("link error"))
-}
-
-/// The links cabled to switch `s`.
-fn links_of(topo: &Topology, node: NodeRef) -> Vec<LinkId> {
-    (0..topo.radix(node) as u16)
-        .filter_map(|port| topo.link_at(PortRef { node, port }))
-        .collect()
-}
-
-impl Controller<'_> {
-    /// Links the daemons say are down (either end reported it).
-    fn detected_faults(&self) -> BTreeSet<LinkId> {
-        self.down_ends
-            .iter()
-            .filter_map(|&end| self.topo.link_at(end))
-            .collect()
-    }
-
-    /// Takes in new daemon events.
-    fn absorb(&mut self, records: Vec<Record>) {
-        self.cursor += records.len();
-        let now = Instant::now();
-        for r in records {
-            if r.source == "controller" {
-                continue;
-            }
-            let Some(node) = self.topo.find_node(&r.source) else {
-                continue;
-            };
-            let Some(port) = r.event["port"].as_u64() else {
-                continue;
-            };
-            let end = PortRef {
-                node,
-                port: port as u16,
-            };
-            let changed = match r.event["event"].as_str() {
-                // A link error is transient: the link retrains on its own
-                // within `link_retrain_ns` (docs/wire.md), as an InfiniBand
-                // port does without its subnet manager re-routing. Routing
-                // around it would swap tables twice within tens of ms, and
-                // packets routed by the old and new engines at once can
-                // deadlock (seen: e-cube → up*/down* → e-cube on the 4-cube
-                // wedged VC 0). The recovery protocol covers what the dead
-                // port drops; if the link stays dead, the peer's silence
-                // after the retrain is a port-down like any other.
-                Some("port-down") if is_link_error(&r.event) => false,
-                Some("port-down") => self.down_ends.insert(end),
-                Some("port-up") => self.down_ends.remove(&end),
-                _ => false,
-            };
-            if changed && self.mechanism.acts_on_faults() {
-                let first = self.dirty.map_or(now, |d| d.0);
-                self.dirty = Some((first, now));
-            }
-        }
-    }
-
-    /// When a recomputation is due, if one is pending.
-    fn reroute_due(&self) -> Option<Instant> {
-        if !self.mechanism.acts_on_faults() {
-            return None;
-        }
-        self.dirty
-            .map(|(first, last)| (last + SETTLE).min(first + SETTLE_MAX))
-    }
-
-    /// Waits for events up to `until`, re-routing when due.
-    fn serve_until(&mut self, until: Instant) {
-        loop {
-            let now = Instant::now();
-            if let Some(due) = self.reroute_due() {
-                if due <= now {
-                    self.dirty = None;
-                    self.reroute();
-                    continue;
-                }
-            }
-            if now >= until {
-                // Take in what already arrived, so that `dirty` is current.
-                let new = self.events.wait_since(self.cursor, Duration::ZERO);
-                if new.is_empty() {
-                    return;
-                }
-                self.absorb(new);
-                continue;
-            }
-            let wake = self.reroute_due().map_or(until, |d| d.min(until));
-            let new = self.events.wait_since(self.cursor, wake - now);
-            self.absorb(new);
-        }
-    }
-
-    /// Recomputes tables without the detected faults and installs them on
-    /// every live switch. Levels stay those of the intact topology (the
-    /// ranking ignores faults), so a fabric holding old and new tables at
-    /// once routes up*/down* with one ordering and stays deadlock-free.
-    fn reroute(&mut self) {
-        let faulty = self.detected_faults();
-        if faulty == self.routed_around {
-            return;
-        }
-        let faults = FaultSet::with_links(faulty.iter().copied());
-        let started = Instant::now();
-        if let Some(setup) = &self.intermediate {
-            // Seed 004: the switches keep their tables; the sources route
-            // around the faults.
-            match setup.push_faults(&self.fabric, self.topo, &faults, &self.events) {
-                Ok(_) => {
-                    self.routed_around = faulty;
-                    self.reroutes += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "pushing faults to hosts failed");
-                    self.events.record(serde_json::json!({
-                        "event": "reroute-failed",
-                        "failed_links": faulty.iter().collect::<Vec<_>>(),
-                        "error": format!("{e:#}"),
-                    }));
-                }
-            }
-            return;
-        }
-        // Without faults, the scenario's own engine; with faults, one that
-        // avoids them (dmodc on fat-trees, up*/down* otherwise).
-        let engine = if faulty.is_empty() {
-            self.engine.as_str()
-        } else if self.topo.family.is_fat_tree() {
-            "dmodc"
-        } else {
-            "updown"
-        };
-        let vcs = self.vcs;
-        let result = compute_routes(self.topo, engine, &faults).and_then(|t| {
-            let computed = started.elapsed();
-            anyhow::ensure!(
-                t.vcs <= vcs,
-                "engine {} needs {} virtual channels, the fabric has {vcs}",
-                t.engine,
-                t.vcs
-            );
-            let swap = self.fabric.swap_routes(&t, self.reconfiguration)?;
-            Ok((t, computed, swap))
-        });
-        match result {
-            Ok((tables, computed, swap)) => {
-                let mut event = serde_json::json!({
-                    "event": "routes-installed",
-                    "engine": tables.engine,
-                    "failed_links": faulty.iter().collect::<Vec<_>>(),
-                    "compute_ms": computed.as_secs_f64() * 1e3,
-                    "total_ms": started.elapsed().as_secs_f64() * 1e3,
-                });
-                swap.event_fields(&mut event);
-                self.events.record(event);
-                self.tables = tables;
-                self.routed_around = faulty;
-                self.reroutes += 1;
-            }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "re-routing failed");
-                self.events.record(serde_json::json!({
-                    "event": "reroute-failed",
-                    "failed_links": faulty.iter().collect::<Vec<_>>(),
-                    "error": format!("{e:#}"),
-                }));
-            }
-        }
-    }
-
+impl Chaos<'_> {
     fn element(&self, target: Target) -> String {
         match target {
-            Target::Link { link, .. } => link_name(self.topo, link),
-            Target::Switch(s) => self.topo.node_name(NodeRef::Switch(s)).to_string(),
+            Target::Link { link, .. } => link_name(self.ctl.topo, link),
+            Target::Switch(s) => self.ctl.topo.node_name(NodeRef::Switch(s)).to_string(),
         }
     }
 
@@ -459,7 +252,7 @@ impl Controller<'_> {
         if !self.mechanism.is_dlr() {
             return None;
         }
-        let live = self.fabric.switch_reports().ok()?;
+        let live = self.ctl.fabric.switch_reports().ok()?;
         Some(
             live.iter()
                 .map(|(_, r)| r)
@@ -470,11 +263,12 @@ impl Controller<'_> {
     }
 
     fn apply(&mut self, action: &Action) -> Result<()> {
-        let topo = self.topo;
+        let topo = self.ctl.topo;
         let local_reroutes_before = self.local_reroutes_now();
         if let (ActionKind::SigkillSwitch, Target::Switch(s)) = (action.kind, action.target) {
             // Its counters die with it: keep what it counted so far.
             if let Ok(r) = self
+                .ctl
                 .fabric
                 .report_of(NodeRef::Switch(s))
                 .and_then(|reply| Ok(reply.into_switch_report()?))
@@ -495,19 +289,23 @@ impl Controller<'_> {
         };
         match (action.kind, action.target) {
             (ActionKind::KillLink, Target::Link { link, .. }) => {
-                self.fabric.set_link(link, false).with_context(what)?
+                self.ctl.fabric.set_link(link, false).with_context(what)?
             }
             (ActionKind::RestoreLink, Target::Link { link, .. }) => {
-                self.fabric.set_link(link, true).with_context(what)?
+                self.ctl.fabric.set_link(link, true).with_context(what)?
             }
-            (ActionKind::Corrupt, Target::Link { end, .. }) => {
-                self.fabric.corrupt(end, action.count).with_context(what)?
-            }
+            (ActionKind::Corrupt, Target::Link { end, .. }) => self
+                .ctl
+                .fabric
+                .corrupt(end, action.count)
+                .with_context(what)?,
             (ActionKind::KillSwitch, Target::Switch(s)) => self
+                .ctl
                 .fabric
                 .set_all_ports(NodeRef::Switch(s), false)
                 .with_context(what)?,
             (ActionKind::RestoreSwitch, Target::Switch(s)) => self
+                .ctl
                 .fabric
                 .set_all_ports(NodeRef::Switch(s), true)
                 .with_context(what)?,
@@ -515,24 +313,32 @@ impl Controller<'_> {
                 let node = NodeRef::Switch(s);
                 // Input buffers and link output queues of every port.
                 self.killed_capacity += 2 * topo.radix(node) as u64 * self.buffered_per_port;
-                self.fabric.kill(node).with_context(what)?
+                self.ctl.fabric.kill(node).with_context(what)?
             }
             // A rebooted switch has no table: it gets the current ones.
             (ActionKind::RestartSwitch, Target::Switch(s)) => self
+                .ctl
                 .fabric
-                .restart_switch(s, &self.tables, Duration::from_secs(10))
+                .restart_switch(s, &self.ctl.tables, Duration::from_secs(10))
                 .with_context(what)?,
             (kind, target) => anyhow::bail!("{}: {kind:?} does not apply to {target:?}", what()),
         }
-        let record = self.events.record_at(
-            started_ns,
-            serde_json::json!({
-                "event": if action.kind.is_repair() { "repair" } else { "fault" },
-                "kind": action.kind.name(),
-                "element": self.element(action.target),
-                "origin": action.origin,
-            }),
-        );
+        let (kind, element) = (action.kind.name().to_string(), self.element(action.target));
+        let origin = Some(action.origin.clone());
+        let event = if action.kind.is_repair() {
+            ControllerEvent::Repair {
+                kind,
+                element,
+                origin,
+            }
+        } else {
+            ControllerEvent::Fault {
+                kind,
+                element,
+                origin,
+            }
+        };
+        let record = self.ctl.events.record_at(started_ns, event);
         self.applied.push(Applied {
             action: action.clone(),
             record,
@@ -540,35 +346,6 @@ impl Controller<'_> {
         });
         Ok(())
     }
-}
-
-/// The ends through which neighbours see `target`: both ends of a link,
-/// the peers of a switch's ports.
-fn watched_ends(topo: &Topology, target: Target) -> Vec<PortRef> {
-    match target {
-        Target::Link { link, .. } => {
-            let l = &topo.links[link as usize];
-            vec![l.a, l.b]
-        }
-        Target::Switch(s) => {
-            let node = NodeRef::Switch(s);
-            (0..topo.radix(node) as u16)
-                .filter_map(|port| topo.peer(PortRef { node, port }))
-                .collect()
-        }
-    }
-}
-
-fn failed_links(r: &Record) -> BTreeSet<LinkId> {
-    r.event["failed_links"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_u64())
-                .map(|v| v as LinkId)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Detection and installation times of every applied action, from the
@@ -590,10 +367,13 @@ fn timings(
             let mut timing = ActionTiming {
                 at_s: t0.saturating_sub(traffic_start_ns) as f64 / 1e9,
                 action: a.action.kind.name().to_string(),
-                element: a.record.event["element"]
-                    .as_str()
-                    .unwrap_or("?")
-                    .to_string(),
+                element: match &a.record.event {
+                    Event::Controller(
+                        ControllerEvent::Fault { element, .. }
+                        | ControllerEvent::Repair { element, .. },
+                    ) => element.clone(),
+                    _ => "?".into(),
+                },
                 origin: a.action.origin.clone(),
                 local_reroutes_before: a.local_reroutes_before,
                 ..ActionTiming::default()
@@ -627,21 +407,29 @@ fn timings(
                     // error after (a run of damaged datagrams retrains the
                     // link several times).
                     let ends: Vec<PortRef> = std::iter::once(end).chain(receiver).collect();
+                    let port_of = |r: &Record| match &r.event {
+                        Event::Daemon(
+                            EventKind::PortDown { port, .. }
+                            | EventKind::PortUp { port }
+                            | EventKind::LinkError { port, .. },
+                        ) => Some(*port),
+                        _ => None,
+                    };
                     let on_link = |r: &&Record| {
                         r.time_ns >= t0
                             && ends.iter().any(|e| {
-                                topo.node_name(e.node) == r.source
-                                    && r.event["port"].as_u64() == Some(e.port as u64)
+                                topo.node_name(e.node) == r.source && port_of(r) == Some(e.port)
                             })
                     };
+                    let cause_of = |r: &Record| match &r.event {
+                        Event::Daemon(EventKind::LinkError { cause, .. }) => Some(cause.clone()),
+                        _ => None,
+                    };
                     let mut events = records.iter().filter(on_link);
-                    if let Some(d) = events.find(|r| r.event["event"] == "link-error") {
+                    if let Some((d, cause)) = events.find_map(|r| Some((r, cause_of(r)?))) {
                         timing.detection_ms = Some(ms(t0, d.time_ns));
                         timing.detected_by = Some(d.source.clone());
-                        timing.detection_reason = Some(format!(
-                            "link error ({})",
-                            d.event["cause"].as_str().unwrap_or("?")
-                        ));
+                        timing.detection_reason = Some(format!("link error ({cause})"));
                         let mut up: BTreeMap<&str, bool> = ends
                             .iter()
                             .map(|e| (topo.node_name(e.node), false))
@@ -650,9 +438,11 @@ fn timings(
                             let Some(state) = up.get_mut(r.source.as_str()) else {
                                 continue;
                             };
-                            match r.event["event"].as_str() {
-                                Some("link-error") | Some("port-down") => *state = false,
-                                Some("port-up") => *state = true,
+                            match &r.event {
+                                Event::Daemon(
+                                    EventKind::LinkError { .. } | EventKind::PortDown { .. },
+                                ) => *state = false,
+                                Event::Daemon(EventKind::PortUp { .. }) => *state = true,
                                 _ => {}
                             }
                             if up.values().all(|u| *u) {
@@ -664,39 +454,20 @@ fn timings(
                 }
                 return timing;
             }
-            let watched = watched_ends(topo, a.action.target);
-            let want = if repair { "port-up" } else { "port-down" };
-            let detected = records.iter().find(|r| {
-                r.time_ns >= t0
-                    && r.source != "controller"
-                    && r.event["event"] == want
-                    && watched.iter().any(|e| {
-                        topo.node_name(e.node) == r.source
-                            && r.event["port"].as_u64() == Some(e.port as u64)
-                    })
-            });
-            if let Some(d) = detected {
+            let element = match a.action.target {
+                Target::Link { link, .. } => Element::Link(link),
+                Target::Switch(s) => Element::Switch(s),
+            };
+            let handled = fault_timing(topo, element, repair, t0, records);
+            if let Some(d) = &handled.detected {
                 timing.detection_ms = Some(ms(t0, d.time_ns));
                 timing.detected_by = Some(d.source.clone());
-                timing.detection_reason = d.event["reason"].as_str().map(str::to_string);
+                timing.detection_reason = match &d.event {
+                    Event::Daemon(EventKind::PortDown { reason, .. }) => Some(reason.clone()),
+                    _ => None,
+                };
             }
-            let links: Vec<LinkId> = match a.action.target {
-                Target::Link { link, .. } => vec![link],
-                Target::Switch(s) => links_of(topo, NodeRef::Switch(s)),
-            };
-            let installed = records.iter().find(|r| {
-                r.time_ns >= t0
-                    && r.source == "controller"
-                    && r.event["event"] == "routes-installed"
-                    && {
-                        let avoided = failed_links(r);
-                        if repair {
-                            links.iter().all(|l| !avoided.contains(l))
-                        } else {
-                            links.iter().all(|l| avoided.contains(l))
-                        }
-                    }
-            });
+            let installed = handled.installed;
             timing.routes_installed_ms = installed.map(|r| ms(t0, r.time_ns));
             timing
         })
@@ -901,33 +672,28 @@ pub fn run_scenario(
         // On error the fabric's Drop stops the daemons.
         crate::up::configure_reroute(&fabric, &topo, c)
             .context("configuring dynamic local rerouting")?;
-        events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
+        events.record(ControllerEvent::LocalRerouteConfigured { config: c });
     }
-    let mut ctl = Controller {
-        topo: &topo,
-        fabric,
-        events: events.clone(),
-        mechanism: f.mechanism,
+    let policy = Policy {
+        reroute: f.mechanism.acts_on_faults(),
         engine: f.engine.clone(),
-        down_ends: BTreeSet::new(),
-        tables,
-        routed_around: BTreeSet::new(),
-        cursor: events.snapshot().len(),
-        dirty: None,
+        intermediate,
+        reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, &topo),
+        vcs: params.vcs,
+    };
+    let mut ctl = Chaos {
+        ctl: Controller::new(&topo, fabric, events.clone(), tables, policy),
+        mechanism: f.mechanism,
         retired: Vec::new(),
         killed_capacity: 0,
         buffered_per_port: params.vcs as u64 * params.buffer_depth as u64,
-        vcs: params.vcs,
-        reroutes: 0,
         applied: Vec::new(),
         failed_actions: Vec::new(),
-        intermediate,
-        reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, &topo),
     };
-    ctl.fabric.start_traffic(&spec)?;
+    ctl.ctl.fabric.start_traffic(&spec)?;
     let start = Instant::now();
     let start_ns = events
-        .record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}))
+        .record(ControllerEvent::traffic_started(&spec.pattern))
         .time_ns;
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
@@ -956,7 +722,7 @@ pub fn run_scenario(
     let (settled, collected) = match collected {
         Ok(c) => c,
         Err(e) => {
-            let _ = ctl.fabric.stop();
+            let _ = ctl.ctl.fabric.stop();
             return Err(e);
         }
     };
@@ -1026,7 +792,7 @@ pub fn run_scenario(
             .iter()
             .map(|(_, r)| r.endpoint.sbrp.resent_packets)
             .sum(),
-        reroutes: ctl.reroutes,
+        reroutes: ctl.ctl.reroutes,
         local_reroutes: collected
             .switches
             .iter()
@@ -1038,7 +804,7 @@ pub fn run_scenario(
         promise,
         promise_kept: kept,
     };
-    ctl.fabric.stop()?;
+    ctl.ctl.fabric.stop()?;
     std::fs::write(
         run_dir.join("report.json"),
         serde_json::to_vec_pretty(&report)?,
@@ -1104,20 +870,21 @@ fn verdict(promises_delivery: bool, run: &RunReport, acc: &Accounting) -> (Strin
 /// instant (s after start) and the totals then: messages sent and
 /// delivered, flits counted lost.
 fn drive(
-    ctl: &mut Controller<'_>,
+    ctl: &mut Chaos<'_>,
     scenario: &Scenario,
     start: Instant,
     dead_after_ns: u64,
 ) -> Result<Option<(f64, u64, u64, u64)>> {
     for action in &scenario.actions {
-        ctl.serve_until(start + action.at);
+        ctl.ctl.serve_until(start + action.at);
         // A failed injection (e.g. corrupting a port of a SIGKILLed switch)
         // is reported; the run and the checks go on.
         if let Err(e) = ctl.apply(action) {
             let message = format!("{e:#}");
             eprintln!("warning: {message}");
-            ctl.events
-                .record(serde_json::json!({"event": "action-failed", "error": message}));
+            ctl.ctl.events.record(ControllerEvent::ActionFailed {
+                error: message.clone(),
+            });
             ctl.failed_actions.push(message);
         }
     }
@@ -1129,15 +896,16 @@ fn drive(
         let grace = Duration::from_nanos(2 * dead_after_ns) + SETTLE_MAX * 2;
         let last = start + scenario.actions.last().map_or(Duration::ZERO, |a| a.at);
         let snapshot_at = (last + grace).min(start + duration);
-        ctl.serve_until(snapshot_at);
+        ctl.ctl.serve_until(snapshot_at);
         // Detections may still be arriving: serve until the controller is
         // idle, as long as traffic runs.
         let idle_by = (start + duration).checked_sub(Duration::from_millis(300));
-        while ctl.dirty.is_some() && idle_by.is_some_and(|t| Instant::now() < t) {
-            ctl.serve_until(Instant::now() + Duration::from_millis(50));
+        while ctl.ctl.is_busy() && idle_by.is_some_and(|t| Instant::now() < t) {
+            ctl.ctl
+                .serve_until(Instant::now() + Duration::from_millis(50));
         }
-        if ctl.dirty.is_none() && Instant::now() < start + duration {
-            let hosts = ctl.fabric.host_reports()?;
+        if !ctl.ctl.is_busy() && Instant::now() < start + duration {
+            let hosts = ctl.ctl.fabric.host_reports()?;
             let sent = hosts
                 .iter()
                 .map(|(_, r)| r.endpoint.source.messages_sent)
@@ -1146,20 +914,21 @@ fn drive(
                 .iter()
                 .map(|(_, r)| r.endpoint.sink.delivered_messages)
                 .sum();
-            let lost = flits_lost_total(&ctl.fabric.switch_reports()?);
+            let lost = flits_lost_total(&ctl.ctl.fabric.switch_reports()?);
             settled = Some((start.elapsed().as_secs_f64(), sent, delivered, lost));
         }
     }
-    ctl.serve_until(start + duration);
+    ctl.ctl.serve_until(start + duration);
     Ok(settled)
 }
 
-impl Controller<'_> {
+impl Chaos<'_> {
     /// Drains in-flight messages (still serving events) and collects.
     fn fabric_collect(&mut self, drain: &Drain, timeout: Duration) -> Result<Collected> {
-        self.serve_until(Instant::now() + Duration::from_millis(200));
-        let hosts = report::drain_until(&self.fabric, timeout, drain)?;
-        let switches = self.fabric.switch_reports()?;
+        self.ctl
+            .serve_until(Instant::now() + Duration::from_millis(200));
+        let hosts = report::drain_until(&self.ctl.fabric, timeout, drain)?;
+        let switches = self.ctl.fabric.switch_reports()?;
         Ok(Collected { hosts, switches })
     }
 }
@@ -1265,24 +1034,39 @@ mod tests {
 
     #[test]
     fn link_error_port_downs_are_told_apart() {
-        let le = json!({"event": "port-down", "port": 2, "reason": "link error (crc, detected)"});
-        assert!(is_link_error(&le));
-        let ka = json!({"event": "port-down", "port": 2, "reason": "keepalive timeout"});
-        assert!(!is_link_error(&ka));
-        assert!(!is_link_error(&json!({"event": "port-up", "port": 2})));
+        let down = |reason: &str| Record {
+            time_ns: 1,
+            source: "s0-0".into(),
+            event: Event::Daemon(EventKind::PortDown {
+                port: 2,
+                reason: reason.into(),
+                last_heard_ns: 0,
+            }),
+        };
+        let le = down("link error (crc, detected)");
+        assert_eq!((le.port_down(), le.port_down_any()), (None, Some(2)));
+        assert_eq!(down("keepalive timeout").port_down(), Some(2));
         // Errors that outlast dead_after are a fault to route around.
-        let persist = json!({"event": "port-down", "port": 2, "reason": "persistent link errors (down longer than dead_after)"});
-        assert!(!is_link_error(&persist));
+        let persist = down("persistent link errors (down longer than dead_after)");
+        assert_eq!(persist.port_down(), Some(2));
     }
+    use crate::controller::links_of;
     use crate::scenario::Scenario;
-    use serde_json::json;
 
-    fn rec(time_ns: u64, source: &str, event: serde_json::Value) -> Record {
+    fn rec(time_ns: u64, source: &str, event: impl Into<Event>) -> Record {
         Record {
             time_ns,
             source: source.into(),
-            event,
+            event: event.into(),
         }
+    }
+
+    fn down(port: u16, reason: &str) -> Event {
+        Event::Daemon(EventKind::PortDown {
+            port,
+            reason: reason.into(),
+            last_heard_ns: 0,
+        })
     }
 
     fn scenario(timeline: &str) -> Scenario {
@@ -1303,7 +1087,7 @@ mod tests {
         let fault = rec(
             1_000,
             "controller",
-            json!({"event": "fault", "element": "s1-1"}),
+            ControllerEvent::fault("sigkill-switch", "s1-1"),
         );
         let applied = [Applied {
             action: s.actions[0].clone(),
@@ -1315,32 +1099,20 @@ mod tests {
         let nname = topo.node_name(neighbour.node).to_string();
         let records = vec![
             // Before the fault: ignored.
-            rec(
-                500,
-                &nname,
-                json!({"event": "port-down", "port": neighbour.port, "reason": "old"}),
-            ),
+            rec(500, &nname, down(neighbour.port, "old")),
             // An unrelated port: ignored.
-            rec(
-                1_100,
-                "s0-0",
-                json!({"event": "port-down", "port": 0, "reason": "keepalive timeout"}),
-            ),
-            rec(
-                301_000,
-                &nname,
-                json!({"event": "port-down", "port": neighbour.port, "reason": "keepalive timeout"}),
-            ),
+            rec(1_100, "s0-0", down(0, "keepalive timeout")),
+            rec(301_000, &nname, down(neighbour.port, "keepalive timeout")),
             // Tables avoiding only some of its links do not count.
             rec(
                 310_000,
                 "controller",
-                json!({"event": "routes-installed", "failed_links": [links[0]]}),
+                ControllerEvent::routes_installed("dmodc", vec![links[0]]),
             ),
             rec(
                 400_000,
                 "controller",
-                json!({"event": "routes-installed", "failed_links": links}),
+                ControllerEvent::routes_installed("dmodc", links.clone()),
             ),
         ];
         let t = timings(topo, &applied, &records, 0, &[], &[]);

@@ -4,15 +4,23 @@
 //! optionally written as a JSON line, so detection and recovery times can be
 //! computed afterwards.
 
+use crate::fabric::Quiesced;
 use anyhow::{Context, Result};
-use flitnet_core::control::DaemonEvent;
+use flitnet_core::control::{open_event, EventKind};
+use flitnet_core::recovery::dlr::DlrConfig;
+use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
+use flitnet_core::topology::{LinkId, PortNo};
 use flitnet_runtime::clock::now_ns;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// The `source` of the controller's own records.
+pub const CONTROLLER: &str = "controller";
 
 /// One timestamped event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,12 +30,178 @@ pub struct Record {
     pub time_ns: u64,
     /// `controller` or the daemon's node name.
     pub source: String,
-    pub event: serde_json::Value,
+    pub event: Event,
+}
+
+impl Record {
+    /// The port a daemon reported down (not after a link error: the link
+    /// retrains on its own), if this is such a record.
+    pub fn port_down(&self) -> Option<PortNo> {
+        match &self.event {
+            Event::Daemon(EventKind::PortDown { port, reason, .. })
+                if !reason.starts_with(LINK_ERROR_REASON) =>
+            {
+                Some(*port)
+            }
+            _ => None,
+        }
+    }
+
+    /// The port a daemon reported down for any reason, link errors included.
+    pub fn port_down_any(&self) -> Option<PortNo> {
+        match &self.event {
+            Event::Daemon(EventKind::PortDown { port, .. }) => Some(*port),
+            _ => None,
+        }
+    }
+
+    /// When the daemon last heard the peer on a port it reports down.
+    pub fn last_heard_ns(&self) -> Option<u64> {
+        match &self.event {
+            Event::Daemon(EventKind::PortDown { last_heard_ns, .. }) if *last_heard_ns > 0 => {
+                Some(*last_heard_ns)
+            }
+            _ => None,
+        }
+    }
+
+    /// The port a daemon reported up again.
+    pub fn port_up(&self) -> Option<PortNo> {
+        match &self.event {
+            Event::Daemon(EventKind::PortUp { port }) => Some(*port),
+            _ => None,
+        }
+    }
+
+    pub fn is_controller(&self) -> bool {
+        self.source == CONTROLLER
+    }
+}
+
+/// What a `port-down` reason starts with when a link error took the port
+/// down (runtime/src/events.rs `down_reason`).
+pub const LINK_ERROR_REASON: &str = "link error";
+
+/// A record's event: pushed by a daemon, or the controller's own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Event {
+    Daemon(EventKind),
+    Controller(ControllerEvent),
+}
+
+impl From<ControllerEvent> for Event {
+    fn from(e: ControllerEvent) -> Self {
+        Event::Controller(e)
+    }
+}
+
+/// What the controller did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "event")]
+pub enum ControllerEvent {
+    /// A fault injected (or, for `switch-lost`, found).
+    Fault {
+        kind: String,
+        element: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+    },
+    /// A repair.
+    Repair {
+        kind: String,
+        element: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+    },
+    TrafficStarted {
+        pattern: String,
+    },
+    /// New routes are in place: tables on every live switch, or (seed 004)
+    /// intermediate-node routes on every host.
+    RoutesInstalled(RoutesInstalled),
+    RerouteFailed {
+        failed_links: Vec<LinkId>,
+        error: String,
+    },
+    ActionFailed {
+        error: String,
+    },
+    LocalRerouteConfigured {
+        config: DlrConfig,
+    },
+    Ft2eiDynConfigured {
+        config: Ft2eiDynConfig,
+    },
+}
+
+impl ControllerEvent {
+    pub fn fault(kind: &str, element: impl Into<String>) -> Self {
+        ControllerEvent::Fault {
+            kind: kind.into(),
+            element: element.into(),
+            origin: None,
+        }
+    }
+
+    pub fn repair(kind: &str, element: impl Into<String>) -> Self {
+        ControllerEvent::Repair {
+            kind: kind.into(),
+            element: element.into(),
+            origin: None,
+        }
+    }
+
+    pub fn traffic_started(pattern: &str) -> Self {
+        ControllerEvent::TrafficStarted {
+            pattern: pattern.into(),
+        }
+    }
+
+    /// Tables from `engine` installed, avoiding `failed_links`.
+    pub fn routes_installed(engine: &str, failed_links: Vec<LinkId>) -> Self {
+        ControllerEvent::RoutesInstalled(RoutesInstalled {
+            engine: engine.into(),
+            failed_links,
+            ..RoutesInstalled::default()
+        })
+    }
+}
+
+/// A `routes-installed` record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoutesInstalled {
+    pub engine: String,
+    /// The links the new routes avoid.
+    #[serde(default)]
+    pub failed_links: Vec<LinkId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ms: Option<f64>,
+    /// `live` or `quiesced` (docs/chaos.md, "Quiesced reconfiguration").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconfiguration: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiesce: Option<Quiesced>,
+    /// Seed 004: what the hosts planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faulty_links: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_pairs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_tolerated_pairs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disconnected_pairs: Option<u64>,
 }
 
 #[derive(Default)]
 struct Shared {
     records: Mutex<Vec<Record>>,
+    /// Datagrams refused: not an event, or not tagged with the token.
+    refused: AtomicU64,
     changed: Condvar,
     sink: Mutex<Option<std::fs::File>>,
 }
@@ -39,9 +213,10 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Listens for daemon events on `bind` (port 0 picks one) and, if given,
-    /// appends every record to `jsonl` as a JSON line.
-    pub fn start(bind: SocketAddr, jsonl: Option<&Path>) -> Result<EventLog> {
+    /// Listens for daemon events on `bind` (port 0 picks one), believing
+    /// only those tagged with `token`, and, if given, appends every record
+    /// to `jsonl` as a JSON line.
+    pub fn start(bind: SocketAddr, jsonl: Option<&Path>, token: &str) -> Result<EventLog> {
         let socket =
             UdpSocket::bind(bind).with_context(|| format!("binding event socket {bind}"))?;
         let addr = socket.local_addr()?;
@@ -56,21 +231,29 @@ impl EventLog {
             ..Default::default()
         });
         let thread_shared = shared.clone();
+        let token = token.to_string();
         std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
                 let mut buf = vec![0u8; 65_536];
                 while let Ok((n, from)) = socket.recv_from(&mut buf) {
-                    match serde_json::from_slice::<DaemonEvent>(&buf[..n]) {
+                    match open_event(&buf[..n], &token) {
                         Ok(ev) => {
                             let record = Record {
                                 time_ns: ev.time_ns,
-                                source: ev.node.clone(),
-                                event: serde_json::to_value(&ev.kind).unwrap_or_default(),
+                                source: ev.node,
+                                event: Event::Daemon(ev.kind),
                             };
                             push(&thread_shared, record);
                         }
-                        Err(e) => tracing::warn!(%from, error = %e, "malformed daemon event"),
+                        Err(e) => {
+                            // Counted, and logged at powers of two: a flood
+                            // of forged datagrams must not flood the log.
+                            let n = thread_shared.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                            if n.is_power_of_two() {
+                                tracing::warn!(%from, error = %e, refused = n, "daemon event refused");
+                            }
+                        }
                     }
                 }
             })?;
@@ -82,18 +265,23 @@ impl EventLog {
         self.addr
     }
 
+    /// Datagrams refused so far (not events, or not tagged with the token).
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+
     /// Records a controller event now.
-    pub fn record(&self, event: serde_json::Value) -> Record {
+    pub fn record(&self, event: ControllerEvent) -> Record {
         self.record_at(now_ns(), event)
     }
 
     /// Records a controller event that happened at `time_ns` (e.g. a fault
     /// stamped when its injection started).
-    pub fn record_at(&self, time_ns: u64, event: serde_json::Value) -> Record {
+    pub fn record_at(&self, time_ns: u64, event: ControllerEvent) -> Record {
         let record = Record {
             time_ns,
-            source: "controller".into(),
-            event,
+            source: CONTROLLER.into(),
+            event: event.into(),
         };
         push(&self.shared, record.clone());
         record
@@ -165,35 +353,55 @@ fn push(shared: &Shared, record: Record) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flitnet_core::control::EventKind;
+    use flitnet_core::control::{seal_event, DaemonEvent};
 
     #[test]
     fn daemon_events_are_collected_and_written() {
         let dir = std::env::temp_dir().join(format!("flitnet-events-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("events.jsonl");
-        let log = EventLog::start("127.0.0.1:0".parse().unwrap(), Some(&path)).unwrap();
-        log.record(serde_json::json!({"fault": "link-down", "link": 3}));
+        let log = EventLog::start("127.0.0.1:0".parse().unwrap(), Some(&path), "tok").unwrap();
+        log.record(ControllerEvent::Fault {
+            kind: "link-down".into(),
+            element: "s0-0:4".into(),
+            origin: None,
+        });
         let ev = DaemonEvent {
             node: "s0-0".into(),
             time_ns: 42,
             kind: EventKind::PortDown {
                 port: 4,
                 reason: "keepalive timeout".into(),
+                last_heard_ns: 40,
             },
         };
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.send_to(&serde_json::to_vec(&ev).unwrap(), log.addr())
+        // A forged event: right shape, no tag. Then one tagged with another
+        // token, then garbage, then the real one.
+        let forged = DaemonEvent {
+            time_ns: 1,
+            ..ev.clone()
+        };
+        s.send_to(&serde_json::to_vec(&forged).unwrap(), log.addr())
+            .unwrap();
+        s.send_to(&seal_event(&forged, "guess"), log.addr())
             .unwrap();
         s.send_to(b"garbage", log.addr()).unwrap();
+        s.send_to(&seal_event(&ev, "tok"), log.addr()).unwrap();
         let got = log
             .wait_for(Duration::from_secs(2), |r| r.source == "s0-0")
             .expect("event arrives");
         assert_eq!(got.time_ns, 42);
-        assert_eq!(got.event["event"], "port-down");
-        assert_eq!(got.event["port"], 4);
+        assert_eq!(got.port_down(), Some(4));
+        assert_eq!(log.refused(), 3);
+        assert_eq!(log.snapshot().len(), 2);
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");
+        let back: Vec<Record> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(back, log.snapshot());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

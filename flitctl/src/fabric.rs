@@ -47,6 +47,9 @@ pub struct LaunchOptions {
     pub ready_timeout: Duration,
     /// Where daemons push fault-detection events (see [`crate::events`]).
     pub events_addr: Option<SocketAddr>,
+    /// The fabric's shared secret: control requests carry it and events
+    /// are tagged with it ([`new_token`]).
+    pub token: String,
     /// Ethernet transport: name of the network namespace to create for the
     /// fabric's veth pairs (default `flitnet-<random>`). It must not exist.
     pub netns: Option<String>,
@@ -161,7 +164,7 @@ pub struct Swap {
     pub quiesced: Option<Quiesced>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Quiesced {
     /// Nothing was in flight when the tables went in.
     pub drained: bool,
@@ -175,15 +178,16 @@ pub struct Quiesced {
 }
 
 impl Swap {
-    /// Fields for a `routes-installed` event.
-    pub fn event_fields(&self, event: &mut serde_json::Value) {
-        event["reconfiguration"] = match &self.quiesced {
-            None => "live".into(),
-            Some(q) => {
-                event["quiesce"] = serde_json::to_value(q).unwrap_or_default();
-                "quiesced".into()
+    /// Says in a `routes-installed` record how the tables went in.
+    pub fn describe(&self, event: &mut crate::events::RoutesInstalled) {
+        event.reconfiguration = Some(
+            match self.quiesced {
+                None => "live",
+                Some(_) => "quiesced",
             }
-        };
+            .into(),
+        );
+        event.quiesce = self.quiesced.clone();
     }
 }
 
@@ -307,7 +311,7 @@ impl Fabric {
             Some(s) => s,
             None => pick_subnet()?,
         };
-        let token = new_token();
+        let token = opts.token.clone();
         let netns = match opts.params.transport {
             DataTransport::Udp => None,
             DataTransport::Ethernet => Some(match &opts.netns {
@@ -935,11 +939,11 @@ mod tests {
 
     #[test]
     fn a_swap_describes_itself_in_the_install_event() {
-        let mut live = serde_json::json!({"event": "routes-installed"});
-        Swap::default().event_fields(&mut live);
-        assert_eq!(live["reconfiguration"], "live");
-        assert!(live.get("quiesce").is_none());
-        let mut quiesced = serde_json::json!({"event": "routes-installed"});
+        let mut live = crate::events::RoutesInstalled::default();
+        Swap::default().describe(&mut live);
+        assert_eq!(live.reconfiguration.as_deref(), Some("live"));
+        assert!(live.quiesce.is_none());
+        let mut quiesced = crate::events::RoutesInstalled::default();
         Swap {
             quiesced: Some(Quiesced {
                 drained: false,
@@ -948,9 +952,10 @@ mod tests {
                 paused_ms: 52.0,
             }),
         }
-        .event_fields(&mut quiesced);
-        assert_eq!(quiesced["reconfiguration"], "quiesced");
-        assert_eq!(quiesced["quiesce"]["drained"], false);
-        assert_eq!(quiesced["quiesce"]["left_in_flight"], 7);
+        .describe(&mut quiesced);
+        assert_eq!(quiesced.reconfiguration.as_deref(), Some("quiesced"));
+        let q = quiesced.quiesce.unwrap();
+        assert!(!q.drained);
+        assert_eq!(q.left_in_flight, 7);
     }
 }

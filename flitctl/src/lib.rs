@@ -7,6 +7,7 @@ pub mod bench_baseline;
 pub mod bench_routes;
 pub mod chaos;
 pub mod compose;
+pub mod controller;
 pub mod ctl_metrics;
 pub mod events;
 pub mod fabric;

@@ -65,25 +65,22 @@ impl Progress {
         }
     }
 
-    /// Sleeps until `start + at`, printing progress on the way. A failed
-    /// report request (a daemon just killed by a fault) skips that line;
-    /// it never ends the run.
-    pub fn sleep_until(&mut self, fabric: &Fabric, at: Duration) {
-        loop {
-            let now = self.start.elapsed();
-            if now >= at {
-                return;
-            }
-            if !self.enabled {
-                std::thread::sleep(at - now);
-                return;
-            }
-            std::thread::sleep((at - now).min(Self::INTERVAL));
-            if let Ok(reports) = fabric.host_reports() {
-                let totals = HostTotals::from_reports(&reports);
-                eprintln!("{}", self.line(totals, Instant::now()));
-                let _ = std::io::stderr().flush();
-            }
+    /// Whether lines are printed.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Prints one progress line from the hosts' reports. A failed report
+    /// request (a daemon just killed by a fault) skips the line; it never
+    /// ends the run.
+    pub fn print(&mut self, fabric: &Fabric) {
+        if !self.enabled {
+            return;
+        }
+        if let Ok(reports) = fabric.host_reports() {
+            let totals = HostTotals::from_reports(&reports);
+            eprintln!("{}", self.line(totals, Instant::now()));
+            let _ = std::io::stderr().flush();
         }
     }
 

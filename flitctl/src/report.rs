@@ -1,7 +1,7 @@
 //! Collecting what a run did: host delivery reports, switch drop counters,
 //! fault detection and recovery times, and printing them.
 
-use crate::events::{EventLog, Record};
+use crate::events::{ControllerEvent, Event, EventLog, Record};
 use crate::fabric::{Fabric, HostReports, SwitchReports};
 use anyhow::Result;
 use flitnet_core::control::{HostDaemonReport, TrafficSpec};
@@ -29,9 +29,16 @@ pub struct FaultTiming {
 impl FaultTiming {
     pub fn new(fault: &Record, detected: Option<&Record>, installed: Option<&Record>) -> Self {
         let ms = |r: &Record| r.time_ns.saturating_sub(fault.time_ns) as f64 / 1e6;
+        let (kind, element) = match &fault.event {
+            Event::Controller(
+                ControllerEvent::Fault { kind, element, .. }
+                | ControllerEvent::Repair { kind, element, .. },
+            ) => (kind.clone(), element.clone()),
+            other => ("?".into(), format!("{other:?}")),
+        };
         FaultTiming {
-            kind: fault.event["kind"].as_str().unwrap_or("?").to_string(),
-            element: fault.event["element"].as_str().unwrap_or("?").to_string(),
+            kind,
+            element,
             detection_ms: detected.map(ms),
             detected_by: detected.map(|r| r.source.clone()),
             routes_installed_ms: installed.map(ms),
@@ -59,19 +66,22 @@ fn watched_ports(topo: &Topology, faults: &FaultSet) -> Vec<(String, u16)> {
     ports
 }
 
-/// Waits for the first port-down event on a port facing one of `faults`.
+/// Waits for the first port-down event on a port facing one of `faults`,
+/// reported at or after the fault instant `since_ns` by the daemon on the
+/// other end of that port (an earlier or unrelated report says nothing
+/// about this fault).
 pub fn wait_detection(
     events: &EventLog,
     topo: &Topology,
     faults: &FaultSet,
+    since_ns: u64,
     timeout: Duration,
 ) -> Option<Record> {
     let watched = watched_ports(topo, faults);
     events.wait_for(timeout, |r| {
-        r.event["event"] == "port-down"
-            && watched
-                .iter()
-                .any(|(n, p)| *n == r.source && r.event["port"].as_u64() == Some(*p as u64))
+        r.time_ns >= since_ns
+            && r.port_down_any()
+                .is_some_and(|port| watched.iter().any(|(n, p)| *n == r.source && *p == port))
     })
 }
 

@@ -8,8 +8,11 @@
 //! their lifetime is Compose's business.
 
 use crate::compose::ComposeFabric;
+use crate::controller::{
+    fault_timing, link_name, link_named, links_of, Controller, Element, Policy,
+};
 use crate::ctl_metrics;
-use crate::events::{EventLog, Record};
+use crate::events::{ControllerEvent, Event, EventLog, Record};
 use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
 use crate::report::{self, FaultTiming, RunReport};
 use crate::up::{compute_routes, parse_duration, parse_link, Recovery, TrafficArgs};
@@ -17,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::control::TrafficSpec;
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -71,85 +75,6 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-/// A link end that reported its peer silent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Silent {
-    link: LinkId,
-    /// The node across the link from the one that reported.
-    far: NodeRef,
-}
-
-/// Turns new daemon events into faults the controller has not heard of:
-/// keepalive timeouts (not ports the controller disabled itself).
-struct Watcher {
-    seen: usize,
-    pending: Vec<Silent>,
-    first_pending: Option<Record>,
-}
-
-impl Watcher {
-    /// Watches events from record number `from` on: what daemons reported
-    /// before the run started (ports down while the containers were still
-    /// starting) is history, not a fault.
-    fn new(from: usize) -> Watcher {
-        Watcher {
-            seen: from,
-            pending: Vec::new(),
-            first_pending: None,
-        }
-    }
-
-    /// Collects port-down events since the last call that concern elements
-    /// not yet in `faults`.
-    fn poll(&mut self, events: &EventLog, topo: &Topology, faults: &FaultSet) {
-        let records = events.snapshot();
-        for r in &records[self.seen.min(records.len())..] {
-            let down = r.event["event"] == "port-down";
-            let up = r.event["event"] == "port-up";
-            if r.source == "controller"
-                || !(down || up)
-                || r.event["reason"] == "disabled by the controller"
-                // Transient: the link retrains on its own (chaos.rs).
-                || crate::chaos::is_link_error(&r.event)
-            {
-                continue;
-            }
-            let Some(node) = topo.find_node(&r.source) else {
-                continue;
-            };
-            let Some(port) = r.event["port"].as_u64() else {
-                continue;
-            };
-            let here = PortRef {
-                node,
-                port: port as u16,
-            };
-            let (Some(link), Some(far)) = (topo.link_at(here), topo.peer(here)) else {
-                continue;
-            };
-            if up {
-                // Back before the controller acted on it: a hiccup.
-                self.pending.retain(|p| p.link != link);
-                if self.pending.is_empty() {
-                    self.first_pending = None;
-                }
-                continue;
-            }
-            let known = faults.links.contains(&link)
-                || matches!(far.node, NodeRef::Switch(s) if faults.switches.contains(&s))
-                || self.pending.iter().any(|p| p.link == link);
-            if !known {
-                self.pending.push(Silent {
-                    link,
-                    far: far.node,
-                });
-                self.first_pending.get_or_insert_with(|| r.clone());
-            }
-        }
-        self.seen = records.len();
-    }
-}
-
 pub fn run(args: RunArgs) -> Result<()> {
     let description = ComposeFabric::load(&args.fabric)?;
     let topo = description.topology.clone();
@@ -181,7 +106,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         let port = description.events_addr.map_or(0, |a| a.port());
         SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
     });
-    let events = EventLog::start(events_bind, log_file.as_deref())?;
+    let events = EventLog::start(events_bind, log_file.as_deref(), &description.token)?;
     if let Some(addr) = args.metrics {
         ctl_metrics::install(addr)?;
     }
@@ -228,7 +153,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut fabric = Fabric::attach(
+    let fabric = Fabric::attach(
         topo.clone(),
         description.token.clone(),
         daemons,
@@ -240,7 +165,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         fabric.set_link(l, false)?;
     }
     fabric.install_routes(&tables)?;
-    events.record(serde_json::json!({"event": "routes-installed", "engine": tables.engine}));
+    events.record(ControllerEvent::routes_installed(
+        &tables.engine,
+        down_links.clone(),
+    ));
     eprintln!(
         "fabric attached: {} switches, {} hosts answered in {:.2}s (events on {}, log {:?})",
         topo.num_switches(),
@@ -259,49 +187,40 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
-    events.record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
+    events.record(ControllerEvent::traffic_started(&spec.pattern));
 
-    let mut controller = Controller {
-        fabric: &mut fabric,
-        topo: &topo,
-        events: &events,
-        engine: &args.engine,
-        recovery: args.recovery,
+    let policy = Policy {
+        reroute: args.recovery == Recovery::Reroute,
+        engine: args.engine.clone(),
+        intermediate: None,
         reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
-        faults,
-        log: Vec::new(),
+        vcs: description.params.vcs,
     };
+    let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
+    let mut injected = Vec::new();
     let mut pending_kill = kill_link;
-    let mut watcher = Watcher::new(events.snapshot().len());
     // Faults are watched for during the traffic phase and the drain after it.
-    let watch_until = args.traffic.duration + Duration::from_secs(1);
-    while traffic_start.elapsed() < watch_until {
-        if let Some(l) = pending_kill {
-            if traffic_start.elapsed() >= args.kill_at {
-                pending_kill = None;
-                controller.kill_link(l)?;
-            }
+    let watch_until = traffic_start + args.traffic.duration + Duration::from_secs(1);
+    while Instant::now() < watch_until {
+        let next = match pending_kill {
+            Some(_) => (traffic_start + args.kill_at).min(watch_until),
+            None => watch_until,
+        };
+        ctl.serve_until(next);
+        if let Some(l) = pending_kill.filter(|_| Instant::now() >= traffic_start + args.kill_at) {
+            pending_kill = None;
+            let started_ns = flitnet_runtime::clock::now_ns();
+            ctl.fabric.set_link(l, false)?;
+            let what = link_name(&topo, l);
+            ctl_metrics::fault("link-down", &what);
+            injected.push(events.record_at(started_ns, ControllerEvent::fault("link-down", what)));
         }
-        watcher.poll(&events, &topo, &controller.faults);
-        // Neighbours of a dead switch time out within a few keepalive
-        // periods of each other: give them a moment to all speak up, so
-        // that one re-route covers the whole switch.
-        let settled = watcher
-            .first_pending
-            .as_ref()
-            .is_some_and(|r| flitnet_runtime::clock::now_ns() >= r.time_ns + 150_000_000);
-        if settled {
-            watcher.poll(&events, &topo, &controller.faults);
-            let silent = std::mem::take(&mut watcher.pending);
-            let first = watcher.first_pending.take().expect("settled has a record");
-            controller.handle_detected(&silent, &first)?;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
     // A switch that died too late for its neighbours to report it must
     // still not fail the report.
-    controller.find_dead_switches();
-    let Controller { log: fault_log, .. } = controller;
+    ctl.find_dead_switches();
+    let fault_log = fault_log(&topo, &events.snapshot(), &down_links);
+    let fabric = ctl.fabric;
     let reports = report::drain(&fabric, Duration::from_secs(5))?;
     let switch_reports = fabric.switch_reports()?;
     let run = RunReport::build(
@@ -357,200 +276,135 @@ fn shut_down_remote(fabric: &Fabric, patience: Duration) -> Vec<String> {
         .collect()
 }
 
-/// What the controller knows and does during the run.
-struct Controller<'a> {
-    fabric: &'a mut Fabric,
-    topo: &'a Topology,
-    events: &'a EventLog,
-    engine: &'a str,
-    recovery: Recovery,
-    reconfiguration: Reconfiguration,
-    faults: FaultSet,
-    log: Vec<FaultTiming>,
-}
-
-impl Controller<'_> {
-    fn link_name(&self, l: LinkId) -> String {
-        let link = &self.topo.links[l as usize];
-        format!(
-            "{}:{}-{}:{}",
-            self.topo.node_name(link.a.node),
-            link.a.port,
-            self.topo.node_name(link.b.node),
-            link.b.port
-        )
-    }
-
-    /// Disables both ends of `l`, waits for a daemon to report it, re-routes.
-    fn kill_link(&mut self, l: LinkId) -> Result<()> {
-        self.fabric.set_link(l, false)?;
-        self.faults.links.insert(l);
-        let what = self.link_name(l);
-        let fault = self
-            .events
-            .record(serde_json::json!({"event": "fault", "kind": "link-down", "element": what}));
-        ctl_metrics::fault("link-down", &what);
-        let detected =
-            report::wait_detection(self.events, self.topo, &self.faults, Duration::from_secs(5));
-        let installed = self.reroute(detected.as_ref().unwrap_or(&fault))?;
-        self.log.push(FaultTiming::new(
-            &fault,
-            detected.as_ref(),
-            installed.as_ref(),
-        ));
-        Ok(())
-    }
-
-    /// Faults the controller did not inject: a silent peer is a dead switch
-    /// if it no longer answers its control port, else a dead link.
-    fn handle_detected(&mut self, silent: &[Silent], first: &Record) -> Result<()> {
-        let mut found = Vec::new();
-        for s in silent {
-            match s.far {
-                NodeRef::Switch(id) if self.faults.switches.contains(&id) => {}
-                NodeRef::Switch(id) if !self.fabric.answers(self.fabric.daemon_of(s.far)) => {
-                    self.faults.switches.insert(id);
-                    let i = self.fabric.daemon_of(s.far);
-                    self.fabric.mark_dead(i);
-                    found.push(("switch-lost", self.topo.node_name(s.far).to_string()));
-                }
-                _ => {
-                    self.faults.links.insert(s.link);
-                    found.push(("link-lost", self.link_name(s.link)));
-                }
-            }
-        }
-        if found.is_empty() {
-            return Ok(());
-        }
-        // The fault happened before its first detection; the detection is
-        // the earliest moment the controller could know.
-        let mut records = Vec::new();
-        for (kind, element) in &found {
-            tracing::warn!(kind, element, "fault detected");
-            ctl_metrics::fault(kind, element);
-            let mut r = first.clone();
-            r.event = serde_json::json!({"event": "fault", "kind": kind, "element": element});
-            records.push(r);
-        }
-        let installed = self.reroute(first)?;
-        for r in &records {
-            self.log
-                .push(FaultTiming::new(r, Some(first), installed.as_ref()));
-        }
-        Ok(())
-    }
-
-    /// Marks every switch that no longer answers as lost; returns how many.
-    fn find_dead_switches(&mut self) -> usize {
-        let mut found = 0;
-        for s in 0..self.topo.num_switches() as u32 {
-            let node = NodeRef::Switch(s);
-            let i = self.fabric.daemon_of(node);
-            if self.fabric.daemons[i].dead || self.fabric.answers(i) {
-                continue;
-            }
-            self.fabric.mark_dead(i);
-            self.faults.switches.insert(s);
-            let name = self.topo.node_name(node).to_string();
-            tracing::warn!(element = %name, "switch lost: no answer on its control port");
-            ctl_metrics::fault("switch-lost", &name);
-            let r = self.events.record(
-                serde_json::json!({"event": "fault", "kind": "switch-lost", "element": name}),
-            );
-            self.log.push(FaultTiming::new(&r, None, None));
-            found += 1;
-        }
-        found
-    }
-
-    /// Recomputes and installs tables without every known fault; returns
-    /// the installation record. `since` is when the fault was detected.
-    fn reroute(&mut self, since: &Record) -> Result<Option<Record>> {
-        if self.recovery != Recovery::Reroute {
-            return Ok(None);
-        }
-        let logged = self.log.len();
-        let (tables, swap) = loop {
-            let tables = compute_routes(self.topo, self.engine, &self.faults)
-                .context("re-routing around the faults")?;
-            match self.fabric.swap_routes(&tables, self.reconfiguration) {
-                Ok(swap) => break (tables, swap),
-                // A switch died since the last look (its neighbours have
-                // not all timed out yet): count it and route around it too.
-                Err(e) => {
-                    if self.find_dead_switches() == 0 {
-                        return Err(e);
-                    }
-                }
-            }
+/// The timing of every fault of the run: those the controller injected,
+/// switches found lost, and links reported down that it did not disable
+/// (a cable or a container's interface gone), read from the event log.
+fn fault_log(topo: &Topology, records: &[Record], down_at_start: &[LinkId]) -> Vec<FaultTiming> {
+    let mut log = Vec::new();
+    let mut explained: BTreeSet<LinkId> = down_at_start.iter().copied().collect();
+    for r in records {
+        let Event::Controller(ControllerEvent::Fault { kind, element, .. }) = &r.event else {
+            continue;
         };
-        let mut event = serde_json::json!({"event": "routes-installed", "engine": tables.engine});
-        swap.event_fields(&mut event);
-        let installed = self.events.record(event);
-        ctl_metrics::reroute(Duration::from_nanos(
-            installed.time_ns.saturating_sub(since.time_ns),
-        ));
-        // Switches found dead while installing were routed around now too.
-        for f in &mut self.log[logged..] {
-            f.routes_installed_ms =
-                Some(installed.time_ns.saturating_sub(since.time_ns) as f64 / 1e6);
+        let element = if kind == "switch-lost" {
+            match topo.find_node(element) {
+                Some(NodeRef::Switch(s)) => Element::Switch(s),
+                _ => continue,
+            }
+        } else {
+            let Some(link) = link_named(topo, element) else {
+                continue;
+            };
+            Element::Link(link)
+        };
+        match element {
+            Element::Link(l) => {
+                explained.insert(l);
+            }
+            Element::Switch(s) => {
+                explained.extend(links_of(topo, NodeRef::Switch(s)));
+            }
         }
-        Ok(Some(installed))
+        let handled = fault_timing(topo, element, false, r.time_ns, records);
+        log.push(FaultTiming::new(
+            r,
+            handled.detected.as_ref(),
+            handled.installed.as_ref(),
+        ));
     }
+    // Links reported down with no fault to explain them: lost on their own.
+    for r in records {
+        let Some(port) = r.port_down() else { continue };
+        let Some(node) = topo.find_node(&r.source) else {
+            continue;
+        };
+        let Some(link) = topo.link_at(PortRef { node, port }) else {
+            continue;
+        };
+        if !explained.insert(link) {
+            continue;
+        }
+        let t0 = r.last_heard_ns().unwrap_or(r.time_ns);
+        let fault = Record {
+            time_ns: t0,
+            source: crate::events::CONTROLLER.into(),
+            event: ControllerEvent::fault("link-lost", link_name(topo, link)).into(),
+        };
+        let handled = fault_timing(topo, Element::Link(link), false, t0, records);
+        log.push(FaultTiming::new(
+            &fault,
+            handled.detected.as_ref(),
+            handled.installed.as_ref(),
+        ));
+    }
+    log
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flitnet_core::control::{DaemonEvent, EventKind};
+    use crate::events::Event;
+    use flitnet_core::control::EventKind;
     use flitnet_core::topology::generators::kary_ntree;
 
-    fn push(log: &EventLog, node: &str, port: u16, reason: &str) {
-        let ev = DaemonEvent {
-            node: node.into(),
-            time_ns: flitnet_runtime::clock::now_ns(),
-            kind: EventKind::PortDown {
+    fn daemon(time_ns: u64, node: &str, port: u16, reason: &str, last_heard_ns: u64) -> Record {
+        Record {
+            time_ns,
+            source: node.into(),
+            event: Event::Daemon(EventKind::PortDown {
                 port,
                 reason: reason.into(),
-            },
-        };
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.send_to(&serde_json::to_vec(&ev).unwrap(), log.addr())
-            .unwrap();
-        let n = node.to_string();
-        log.wait_for(Duration::from_secs(2), |r| {
-            r.source == n && r.event["port"] == port
-        })
-        .expect("event arrives");
+                last_heard_ns,
+            }),
+        }
+    }
+
+    fn controller(time_ns: u64, event: ControllerEvent) -> Record {
+        Record {
+            time_ns,
+            source: crate::events::CONTROLLER.into(),
+            event: event.into(),
+        }
     }
 
     #[test]
-    fn the_watcher_reports_silent_peers_once_and_ignores_the_controllers_own() {
+    fn faults_are_timed_from_their_instant_and_unexplained_links_are_lost_ones() {
         let topo = kary_ntree(4, 2).unwrap();
-        let log = EventLog::start("127.0.0.1:0".parse().unwrap(), None).unwrap();
-        let mut w = Watcher::new(0);
-        let mut faults = FaultSet::none();
-        push(&log, "s0-0", 5, "disabled by the controller");
-        w.poll(&log, &topo, &faults);
-        assert!(w.pending.is_empty(), "a port the controller disabled");
-        push(&log, "s0-0", 4, "keepalive timeout");
-        push(&log, "s1-0", 0, "keepalive timeout"); // the other end, same link
-        push(&log, "nobody", 0, "keepalive timeout");
-        w.poll(&log, &topo, &faults);
-        let here = PortRef::switch(0, 4);
-        assert_eq!(
-            w.pending,
-            [Silent {
-                link: topo.link_at(here).unwrap(),
-                far: topo.peer(here).unwrap().node,
-            }]
-        );
-        assert!(w.first_pending.is_some());
-        // Once the link is a known fault, its ends are no news.
-        faults.links.insert(topo.link_at(here).unwrap());
-        let mut w = Watcher::new(0);
-        w.poll(&log, &topo, &faults);
-        assert!(w.pending.is_empty());
+        let killed = topo.link_at(PortRef::switch(0, 4)).unwrap();
+        let far = topo.peer(PortRef::switch(0, 4)).unwrap();
+        let far_name = topo.node_name(far.node);
+        let cable = topo.link_at(PortRef::switch(1, 5)).unwrap();
+        let records = vec![
+            // A report from before the fault says nothing about it.
+            daemon(5, "s0-0", 4, "keepalive timeout", 1),
+            controller(
+                10,
+                ControllerEvent::fault("link-down", link_name(&topo, killed)),
+            ),
+            daemon(12, far_name, far.port, "disabled by the controller", 9),
+            daemon(13, "s0-0", 4, "disabled by the controller", 9),
+            controller(20, ControllerEvent::routes_installed("dmodc", vec![killed])),
+            // A cable pulled behind the controller's back.
+            daemon(90, "s0-1", 5, "keepalive timeout", 60),
+            controller(
+                95,
+                ControllerEvent::routes_installed("dmodc", vec![killed, cable]),
+            ),
+        ];
+        let log = fault_log(&topo, &records, &[]);
+        assert_eq!(log.len(), 2, "{log:?}");
+        assert_eq!(log[0].kind, "link-down");
+        assert_eq!(log[0].detection_ms, Some(2.0 / 1e6));
+        assert_eq!(log[0].detected_by.as_deref(), Some(far_name));
+        assert_eq!(log[0].routes_installed_ms, Some(10.0 / 1e6));
+        assert_eq!(log[1].kind, "link-lost");
+        assert_eq!(log[1].element, link_name(&topo, cable));
+        // Timed from when the peer was last heard, not from the report.
+        assert_eq!(log[1].detection_ms, Some(30.0 / 1e6));
+        assert_eq!(log[1].routes_installed_ms, Some(35.0 / 1e6));
+        // A link down from the start is no fault of the run; unexplained,
+        // it is a lost one.
+        assert!(fault_log(&topo, &records[..1], &[killed]).is_empty());
+        assert_eq!(fault_log(&topo, &records[..1], &[])[0].kind, "link-lost");
     }
 }

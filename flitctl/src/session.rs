@@ -3,7 +3,7 @@
 //! fault-free routes, start traffic, and at the end wait for in-flight
 //! messages and gather every daemon's report.
 
-use crate::events::EventLog;
+use crate::events::{ControllerEvent, EventLog};
 use crate::fabric::{Fabric, HostReports, LaunchOptions, SwitchReports};
 use crate::report;
 use crate::up::{compute_routes, TrafficArgs};
@@ -102,7 +102,12 @@ impl Session {
         let run_dir = run_dir_or_temp(opts.run_dir.as_deref(), what);
         std::fs::create_dir_all(&run_dir)
             .with_context(|| format!("creating {}", run_dir.display()))?;
-        let events = EventLog::start("127.0.0.1:0".parse()?, Some(&run_dir.join("events.jsonl")))?;
+        let token = crate::fabric::new_token();
+        let events = EventLog::start(
+            "127.0.0.1:0".parse()?,
+            Some(&run_dir.join("events.jsonl")),
+            &token,
+        )?;
         let bin_dir = std::env::current_exe()?
             .parent()
             .context("flitctl has no directory")?
@@ -116,13 +121,17 @@ impl Session {
             seed: opts.seed,
             ready_timeout: Duration::from_secs(30),
             events_addr: Some(events.addr()),
+            token,
             netns: opts.netns.clone(),
         };
         let started = Instant::now();
         let fabric = Fabric::launch(topo.clone(), &launch)?;
         let bring_up = started.elapsed();
         fabric.install_routes(&tables)?;
-        events.record(serde_json::json!({"event": "routes-installed", "engine": tables.engine}));
+        events.record(ControllerEvent::routes_installed(
+            &tables.engine,
+            Vec::new(),
+        ));
         eprintln!(
             "fabric up: {} switches, {} hosts in {:.2}s over {}{} (run dir {})",
             topo.num_switches(),
@@ -150,7 +159,7 @@ impl Session {
         self.fabric.start_traffic(spec)?;
         let at = Instant::now();
         self.events
-            .record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
+            .record(ControllerEvent::traffic_started(&spec.pattern));
         Ok(at)
     }
 

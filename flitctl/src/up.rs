@@ -3,6 +3,8 @@
 //! a link or a switch mid-run (and re-routes), prints a report, and stops
 //! everything.
 
+use crate::controller::{fault_timing, link_name, Controller, Element, Policy};
+use crate::events::{ControllerEvent, RoutesInstalled};
 use crate::fabric::{Fabric, HostReports, Reconfiguration, ReconfigurationChoice, SwitchReports};
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
@@ -17,6 +19,7 @@ use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
+use flitnet_runtime::clock::now_ns;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -609,16 +612,18 @@ impl IntermediateSetup {
         };
         // The same event as a switch re-route (the chaos report times
         // recovery by it), saying what was installed.
-        Ok(events.record(serde_json::json!({
-            "event": "routes-installed",
-            "engine": "intermediate-nodes",
-            "failed_links": faults.links.iter().collect::<Vec<_>>(),
-            "mechanism": self.mechanisms.to_string(),
-            "faulty_links": faults.links.len(),
-            "routed_pairs": sum(|s| s.routed),
-            "not_tolerated_pairs": sum(|s| s.not_tolerated),
-            "disconnected_pairs": sum(|s| s.disconnected),
-        })))
+        Ok(
+            events.record(ControllerEvent::RoutesInstalled(RoutesInstalled {
+                engine: "intermediate-nodes".into(),
+                failed_links: faults.links.iter().copied().collect(),
+                mechanism: Some(self.mechanisms.to_string()),
+                faulty_links: Some(faults.links.len()),
+                routed_pairs: Some(sum(|s| s.routed)),
+                not_tolerated_pairs: Some(sum(|s| s.not_tolerated)),
+                disconnected_pairs: Some(sum(|s| s.disconnected)),
+                ..RoutesInstalled::default()
+            })),
+        )
     }
 
     /// The `intermediate` section of the JSON report.
@@ -814,6 +819,23 @@ pub fn run(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Serves the controller until `until`, printing a progress line a second
+/// when asked to. A failed report request (a daemon just killed by a
+/// fault) skips that line; it never ends the run.
+fn serve_with_progress(ctl: &mut Controller<'_>, progress: &mut Progress, until: Instant) {
+    if !progress.is_enabled() {
+        ctl.serve_until(until);
+        return;
+    }
+    while Instant::now() < until {
+        let tick = (Instant::now() + Progress::INTERVAL).min(until);
+        ctl.serve_until(tick);
+        if tick < until {
+            progress.print(&ctl.fabric);
+        }
+    }
+}
+
 /// What one `up` run produced.
 pub struct UpOutcome {
     pub run: RunReport,
@@ -900,7 +922,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
         bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
     }
-    let inodes = match args.mechanism.intermediate() {
+    let inodes: Option<IntermediateSetup> = match args.mechanism.intermediate() {
         Some(m) => {
             if args.tables.is_some() {
                 bail!(
@@ -927,7 +949,6 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     };
     let dlr = args.mechanism.dlr(&topo)?;
     let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo, args)?;
-    let mut inodes = inodes;
     if let Some(c) = dlr {
         if c.faults_handled == DlrFaults::Link
             && kill_switch.is_some()
@@ -954,24 +975,34 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         crate::ctl_metrics::install(addr)?;
     }
     let session = Session::start(topo.clone(), &opts, "up")?;
-    let (mut fabric, events) = (session.fabric, session.events);
+    let (fabric, events) = (session.fabric, session.events);
     let (tables, bring_up) = (session.tables, session.bring_up);
     let run_dir = session.run_dir;
     if let Some(c) = dlr {
         configure_reroute(&fabric, &topo, c)?;
-        events.record(serde_json::json!({"event": "local-reroute-configured", "config": c}));
+        events.record(ControllerEvent::LocalRerouteConfigured { config: c });
     }
     if let Some(c) = ft2ei_dyn {
         configure_ft2ei_dyn(&fabric, c)?;
-        events.record(serde_json::json!({"event": "ft2ei-dyn-configured", "config": c}));
+        events.record(ControllerEvent::Ft2eiDynConfigured { config: c });
     }
+    let policy = Policy {
+        reroute: args.recovery == Recovery::Reroute,
+        engine: args.engine.clone(),
+        intermediate: inodes,
+        reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
+        vcs: args.fabric.vcs,
+    };
+    let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
     let spec = traffic_spec(&args.traffic, args.seed);
-    fabric.start_traffic(&spec)?;
+    ctl.fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
     let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);
-    events.record(serde_json::json!({"event": "traffic-started", "pattern": spec.pattern}));
+    events.record(ControllerEvent::traffic_started(&spec.pattern));
     let mut faults = FaultSet::none();
-    let mut fault_log = Vec::new();
+    // The faults `up` injected, with what they acted on.
+    let mut injected: Vec<(crate::events::Record, Element)> = Vec::new();
+    let mut drops_at_switchover = None;
     // One fault step per `--kill-switch` (`--kill-every` apart), or the
     // links all at once.
     let steps: Vec<Option<SwitchId>> = if !kill_links.is_empty() {
@@ -981,109 +1012,92 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     };
     for (k, step) in steps.into_iter().enumerate() {
         let at = args.kill_at + args.kill_every * k as u32;
-        progress.sleep_until(&fabric, at);
-        let fault = if let Some(s) = step {
-            fabric.kill(NodeRef::Switch(s))?;
+        serve_with_progress(&mut ctl, &mut progress, traffic_start + at);
+        // The fault happens when its injection starts: detections can come
+        // back before the injection call returns.
+        let started_ns = now_ns();
+        if let Some(s) = step {
+            ctl.fabric.kill(NodeRef::Switch(s))?;
             if args.notify_neighbours {
                 for live in neighbour_ports(&topo, s) {
-                    fabric.set_port(live, false)?;
+                    ctl.fabric.set_port(live, false)?;
                 }
             }
             faults.switches.insert(s);
             let name = topo.node_name(NodeRef::Switch(s)).to_string();
             crate::ctl_metrics::fault("switch-sigkill", &name);
-            events.record(
-                serde_json::json!({"event": "fault", "kind": "switch-sigkill", "element": name}),
-            )
+            let r = events.record_at(started_ns, ControllerEvent::fault("switch-sigkill", name));
+            injected.push((r, Element::Switch(s)));
         } else {
-            let mut names = Vec::new();
-            for &l in &kill_links {
-                match args.kill_by {
-                    KillBy::Admin => fabric.set_link(l, false)?,
-                    KillBy::Carrier => fabric.set_carrier(l, false)?,
-                }
-                faults.links.insert(l);
-                let link = &topo.links[l as usize];
-                names.push(format!(
-                    "{}:{}-{}:{}",
-                    topo.node_name(link.a.node),
-                    link.a.port,
-                    topo.node_name(link.b.node),
-                    link.b.port
-                ));
-            }
-            let what = names.join(",");
             let kind = match args.kill_by {
                 KillBy::Admin => "link-down",
                 KillBy::Carrier => "carrier-down",
             };
-            crate::ctl_metrics::fault(kind, &what);
-            events.record(serde_json::json!({"event": "fault", "kind": kind, "element": what}))
-        };
-        let this_fault = match step {
-            Some(s) => FaultSet {
-                switches: [s].into_iter().collect(),
-                ..FaultSet::none()
-            },
-            None => faults.clone(),
-        };
-        let detected = report::wait_detection(&events, &topo, &this_fault, Duration::from_secs(5));
-        let mut installed = None;
-        if let (Recovery::Reroute, Some(setup)) = (args.recovery, inodes.as_mut()) {
-            // Seed 004: the switches stay as they are; the sources learn the
-            // faults and route around them through intermediate nodes.
-            let record = setup.push_faults(&fabric, &topo, &faults, &events)?;
-            let since = detected.as_ref().unwrap_or(&fault);
-            crate::ctl_metrics::reroute(Duration::from_nanos(
-                record.time_ns.saturating_sub(since.time_ns),
-            ));
-            installed = Some(record);
-            // Packets whose heads left before the push may still meet the
-            // fault; give them time to, then count drops from here on.
+            for &l in &kill_links {
+                match args.kill_by {
+                    KillBy::Admin => ctl.fabric.set_link(l, false)?,
+                    KillBy::Carrier => ctl.fabric.set_carrier(l, false)?,
+                }
+                faults.links.insert(l);
+                let what = link_name(&topo, l);
+                crate::ctl_metrics::fault(kind, &what);
+                let r = events.record_at(started_ns, ControllerEvent::fault(kind, what));
+                injected.push((r, Element::Link(l)));
+            }
+        }
+        if ctl.policy.intermediate.is_some() {
+            // Seed 004: once the hosts route around the faults, packets
+            // whose heads left before the push may still meet them; give
+            // them time to, then count drops from here on.
             let left = args
                 .traffic
                 .duration
                 .saturating_sub(traffic_start.elapsed());
-            std::thread::sleep(SWITCHOVER_SETTLE.min(left / 2));
-            setup.drops_at_switchover = Some(total_switch_drops(&fabric)?);
-        } else if args.recovery == Recovery::Reroute {
-            let new_tables = compute_routes(&topo, &args.engine, &faults)?;
-            let how = Reconfiguration::choose(args.reconfiguration, &topo);
-            let swap = fabric.swap_routes(&new_tables, how)?;
-            let mut event =
-                serde_json::json!({"event": "routes-installed", "engine": new_tables.engine});
-            swap.event_fields(&mut event);
-            let record = events.record(event);
-            let since = detected.as_ref().unwrap_or(&fault);
-            crate::ctl_metrics::reroute(Duration::from_nanos(
-                record.time_ns.saturating_sub(since.time_ns),
-            ));
-            installed = Some(record);
+            ctl.serve_until_rerouted(Instant::now() + left / 2);
+            let settle = SWITCHOVER_SETTLE.min(
+                args.traffic
+                    .duration
+                    .saturating_sub(traffic_start.elapsed())
+                    / 2,
+            );
+            ctl.serve_until(Instant::now() + settle);
+            drops_at_switchover = Some(total_switch_drops(&ctl.fabric)?);
         }
-        fault_log.push(report::FaultTiming::new(
-            &fault,
-            detected.as_ref(),
-            installed.as_ref(),
-        ));
         if let (Some(after), Some(s)) = (args.restart_after, step) {
-            progress.sleep_until(&fabric, at + after);
-            let node = NodeRef::Switch(s);
+            serve_with_progress(&mut ctl, &mut progress, traffic_start + at + after);
+            let started_ns = now_ns();
             // The initial tables (the controller does not re-route in
             // this mode).
-            fabric.restart_switch(s, &tables, Duration::from_secs(10))?;
+            ctl.fabric
+                .restart_switch(s, &tables, Duration::from_secs(10))?;
             if args.notify_neighbours {
                 for live in neighbour_ports(&topo, s) {
-                    fabric.set_port(live, true)?;
+                    ctl.fabric.set_port(live, true)?;
                 }
             }
-            let name = topo.node_name(node).to_string();
-            events.record(
-                serde_json::json!({"event": "repair", "kind": "switch-restart", "element": name}),
-            );
+            let name = topo.node_name(NodeRef::Switch(s)).to_string();
+            events.record_at(started_ns, ControllerEvent::repair("switch-restart", name));
         }
     }
     // Let the traffic phase finish, then give in-flight messages time to land.
-    progress.sleep_until(&fabric, args.traffic.duration);
+    serve_with_progress(
+        &mut ctl,
+        &mut progress,
+        traffic_start + args.traffic.duration,
+    );
+    let records = events.snapshot();
+    let fault_log = injected
+        .iter()
+        .map(|(r, element)| {
+            let handled = fault_timing(&topo, *element, false, r.time_ns, &records);
+            report::FaultTiming::new(r, handled.detected.as_ref(), handled.installed.as_ref())
+        })
+        .collect();
+    let Controller { fabric, policy, .. } = ctl;
+    let mut inodes = policy.intermediate;
+    if let Some(i) = inodes.as_mut() {
+        i.drops_at_switchover = drops_at_switchover;
+    }
     // With a recovery protocol, senders hold each message for the hold
     // window after it left: drain until they have let go (or a resend is
     // shown stuck), so `retained` counts only what is really still held.

@@ -157,7 +157,7 @@ impl Node for HostNode {
                 Response::ok()
             }
             Request::InFlight => Response::reply(Reply::InFlight {
-                in_flight_flits: self.endpoint.in_flight_flits() as u64,
+                in_flight_flits: self.endpoint.in_flight_flits(),
             }),
             Request::Report => {
                 let link = self.endpoint.link().stats();
@@ -256,7 +256,9 @@ impl Node for HostNode {
                 }
                 HostEvent::Link(e) => {
                     let retrain_ns = self.cfg.fabric.link_retrain_ns;
-                    self.events.link_event(now, 0, &e, retrain_ns)
+                    let last_heard_ns = self.endpoint.link().last_heard_ns();
+                    self.events
+                        .link_event(now, 0, &e, retrain_ns, last_heard_ns)
                 }
                 other => tracing::warn!(event = ?other, "host event"),
             }
@@ -393,6 +395,7 @@ fn main() -> Result<()> {
         name: d.config.name.clone(),
         events: flitnet_runtime::events::EventSender::new(
             d.config.name.clone(),
+            d.config.token.clone(),
             d.config.events_addr,
         ),
         metrics: d.config.metrics_addr.is_some(),

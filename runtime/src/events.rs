@@ -3,21 +3,24 @@
 //! times and react without polling.
 
 use crate::clock::now_ns;
-use flitnet_core::control::{DaemonEvent, EventKind};
+use flitnet_core::control::{seal_event, DaemonEvent, EventKind};
 use flitnet_core::link::LinkEvent;
 use flitnet_core::topology::PortNo;
 use std::net::{SocketAddr, UdpSocket};
 
 pub struct EventSender {
     node: String,
+    /// The fabric token: every event is tagged with it.
+    token: String,
     target: Option<(UdpSocket, SocketAddr)>,
     /// The last link error reported and not yet followed by a port-down.
     last_link_error: Option<(PortNo, String)>,
 }
 
 impl EventSender {
-    /// Events go to `target`; with None they are only logged.
-    pub fn new(node: String, target: Option<SocketAddr>) -> Self {
+    /// Events go to `target`, tagged with `token`; with None they are only
+    /// logged.
+    pub fn new(node: String, token: String, target: Option<SocketAddr>) -> Self {
         let target = target.and_then(|addr| {
             let bind: SocketAddr = if addr.is_ipv4() {
                 "0.0.0.0:0"
@@ -30,6 +33,7 @@ impl EventSender {
         });
         EventSender {
             node,
+            token,
             target,
             last_link_error: None,
         }
@@ -44,21 +48,27 @@ impl EventSender {
                 time_ns: now_ns(),
                 kind,
             };
-            if let Ok(bytes) = serde_json::to_vec(&ev) {
-                // Best effort: the controller may be gone.
-                let _ = socket.send_to(&bytes, addr);
-            }
+            // Best effort: the controller may be gone.
+            let _ = socket.send_to(&seal_event(&ev, &self.token), addr);
         }
     }
 
     /// Translates a link-layer event of `port`; `retrain_ns` is the link's
     /// retrain delay (for link errors). A `PeerDown` right after a link
     /// error says so in its reason.
-    pub fn link_event(&mut self, _now: u64, port: PortNo, event: &LinkEvent, retrain_ns: u64) {
+    pub fn link_event(
+        &mut self,
+        _now: u64,
+        port: PortNo,
+        event: &LinkEvent,
+        retrain_ns: u64,
+        last_heard_ns: u64,
+    ) {
         let kind = match event {
             LinkEvent::PeerDown => EventKind::PortDown {
                 port,
                 reason: self.down_reason(port),
+                last_heard_ns,
             },
             LinkEvent::PeerUp => EventKind::PortUp { port },
             LinkEvent::PeerRestarted { .. } => EventKind::PortUp { port },

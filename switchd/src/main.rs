@@ -211,7 +211,7 @@ impl Node for SwitchNode {
                 }
             }
             Request::InFlight => Response::reply(Reply::InFlight {
-                in_flight_flits: self.switch.in_flight_flits() as u64,
+                in_flight_flits: self.switch.in_flight_flits(),
             }),
             Request::SetPort { port, up } => match self.switch.set_port_admin(port, up) {
                 Ok(()) => {
@@ -297,7 +297,12 @@ impl Node for SwitchNode {
                     } else {
                         self.events.down_reason(port)
                     };
-                    self.events.send(EventKind::PortDown { port, reason })
+                    let last_heard_ns = self.switch.link(port).map_or(0, |l| l.last_heard_ns());
+                    self.events.send(EventKind::PortDown {
+                        port,
+                        reason,
+                        last_heard_ns,
+                    })
                 }
                 SwitchEvent::LinkError {
                     port,
@@ -501,7 +506,11 @@ fn main() -> Result<()> {
         name: d.config.name.clone(),
         id,
         switch,
-        events: EventSender::new(d.config.name.clone(), d.config.events_addr),
+        events: EventSender::new(
+            d.config.name.clone(),
+            d.config.token.clone(),
+            d.config.events_addr,
+        ),
         lag_ns: 0,
         cabled: d.config.ports.iter().map(|p| p.port).collect(),
         corrupt_left: vec![0; radix],

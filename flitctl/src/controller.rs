@@ -1,0 +1,436 @@
+//! The one controller loop every front end runs (`up`, `chaos`, `attach`):
+//! take in the daemons' port events, and when they settle, recompute routes
+//! around the links that are down and install them (or, for seed 004's
+//! intermediate nodes, push the fault set to the hosts). Faults are injected
+//! by the front ends; whoever injected them, the controller only believes
+//! what the daemons report. Fault timing is read back from the event log
+//! ([`fault_timing`]), so every front end times faults the same way.
+
+use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
+use crate::fabric::{Fabric, Reconfiguration};
+use crate::up::{compute_routes, IntermediateSetup};
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Quiet time after the last port event before the controller recomputes:
+/// a dead switch's neighbours time out within one keepalive interval of
+/// each other, and one recomputation for all of them is enough.
+pub const SETTLE: Duration = Duration::from_millis(20);
+/// Longest the controller waits for events to settle.
+pub const SETTLE_MAX: Duration = Duration::from_millis(100);
+
+/// How the controller answers faults.
+pub struct Policy {
+    /// Re-route (or push faults to the hosts) on detected faults; off for
+    /// mechanisms that handle faults without the controller (none, DLR,
+    /// dynamic FT²EI, faithful-mode SBRP).
+    pub reroute: bool,
+    /// The run's routing engine (`auto` picks per fabric and fault set).
+    pub engine: String,
+    /// Seed 004: the hosts route around faults; the switches keep their
+    /// tables.
+    pub intermediate: Option<IntermediateSetup>,
+    pub reconfiguration: Reconfiguration,
+    /// Virtual channels of the fabric: tables needing more are refused.
+    pub vcs: u8,
+}
+
+/// The controller's state over a run.
+pub struct Controller<'a> {
+    pub topo: &'a Topology,
+    pub fabric: Fabric,
+    pub events: EventLog,
+    pub policy: Policy,
+    /// Ends (node, port) whose daemon last reported the port down.
+    down_ends: BTreeSet<PortRef>,
+    /// Tables currently installed and the links they avoid.
+    pub tables: RoutingTables,
+    routed_around: BTreeSet<LinkId>,
+    cursor: usize,
+    /// First and latest unhandled change of `down_ends`.
+    dirty: Option<(Instant, Instant)>,
+    /// Route recomputations installed.
+    pub reroutes: usize,
+}
+
+impl<'a> Controller<'a> {
+    /// A controller for `fabric`, running `tables`, that acts on events
+    /// recorded from now on.
+    pub fn new(
+        topo: &'a Topology,
+        fabric: Fabric,
+        events: EventLog,
+        tables: RoutingTables,
+        policy: Policy,
+    ) -> Self {
+        let cursor = events.snapshot().len();
+        Controller {
+            topo,
+            fabric,
+            events,
+            policy,
+            down_ends: BTreeSet::new(),
+            tables,
+            routed_around: BTreeSet::new(),
+            cursor,
+            dirty: None,
+            reroutes: 0,
+        }
+    }
+
+    /// Links the daemons say are down (either end reported it).
+    pub fn detected_faults(&self) -> BTreeSet<LinkId> {
+        self.down_ends
+            .iter()
+            .filter_map(|&end| self.topo.link_at(end))
+            .collect()
+    }
+
+    /// Whether port events are waiting to be acted on.
+    pub fn is_busy(&self) -> bool {
+        self.dirty.is_some()
+    }
+
+    /// Takes in new records: daemons' port events change `down_ends`.
+    fn absorb(&mut self, records: Vec<Record>) {
+        self.cursor += records.len();
+        let now = Instant::now();
+        for r in records {
+            if r.is_controller() {
+                continue;
+            }
+            let Some(node) = self.topo.find_node(&r.source) else {
+                continue;
+            };
+            // A link error is transient: the link retrains on its own
+            // within `link_retrain_ns` (docs/wire.md), as an InfiniBand
+            // port does without its subnet manager re-routing. Routing
+            // around it would swap tables twice within tens of ms, and
+            // packets routed by the old and new engines at once can
+            // deadlock. The recovery protocol covers what the dead port
+            // drops; if the link stays dead, the peer's silence after the
+            // retrain is a port-down like any other.
+            let changed = if let Some(port) = r.port_down() {
+                self.down_ends.insert(PortRef { node, port })
+            } else if let Some(port) = r.port_up() {
+                self.down_ends.remove(&PortRef { node, port })
+            } else {
+                false
+            };
+            if changed && self.policy.reroute {
+                let first = self.dirty.map_or(now, |d| d.0);
+                self.dirty = Some((first, now));
+            }
+        }
+    }
+
+    /// When a recomputation is due, if one is pending.
+    fn reroute_due(&self) -> Option<Instant> {
+        if !self.policy.reroute {
+            return None;
+        }
+        self.dirty
+            .map(|(first, last)| (last + SETTLE).min(first + SETTLE_MAX))
+    }
+
+    /// Waits for events up to `until`, re-routing when due.
+    pub fn serve_until(&mut self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if let Some(due) = self.reroute_due() {
+                if due <= now {
+                    self.dirty = None;
+                    self.reroute();
+                    continue;
+                }
+            }
+            if now >= until {
+                // Take in what already arrived, so that `dirty` is current.
+                let new = self.events.wait_since(self.cursor, Duration::ZERO);
+                if new.is_empty() {
+                    return;
+                }
+                self.absorb(new);
+                continue;
+            }
+            let wake = self.reroute_due().map_or(until, |d| d.min(until));
+            let new = self.events.wait_since(self.cursor, wake - now);
+            self.absorb(new);
+        }
+    }
+
+    /// Serves until `until` or until the controller has re-routed and has
+    /// nothing pending, whichever comes first.
+    pub fn serve_until_rerouted(&mut self, until: Instant) {
+        let before = self.reroutes;
+        while Instant::now() < until && (self.reroutes == before || self.is_busy()) {
+            self.serve_until((Instant::now() + Duration::from_millis(10)).min(until));
+        }
+    }
+
+    /// Recomputes routes without the detected faults and installs them on
+    /// every live switch (or pushes them to the hosts). Levels stay those
+    /// of the intact topology (the ranking ignores faults), so a fabric
+    /// holding old and new tables at once routes up*/down* with one
+    /// ordering and stays deadlock-free.
+    fn reroute(&mut self) {
+        let faulty = self.detected_faults();
+        if faulty == self.routed_around {
+            return;
+        }
+        let faults = FaultSet::with_links(faulty.iter().copied());
+        let failed_links: Vec<LinkId> = faulty.iter().copied().collect();
+        let started = Instant::now();
+        if let Some(setup) = &self.policy.intermediate {
+            match setup.push_faults(&self.fabric, self.topo, &faults, &self.events) {
+                Ok(_) => {
+                    self.routed_around = faulty;
+                    self.reroutes += 1;
+                }
+                Err(e) => self.reroute_failed(failed_links, e),
+            }
+            return;
+        }
+        let vcs = self.policy.vcs;
+        let result = compute_routes(self.topo, &self.policy.engine, &faults).and_then(|t| {
+            let computed = started.elapsed();
+            anyhow::ensure!(
+                t.vcs <= vcs,
+                "engine {} needs {} virtual channels, the fabric has {vcs}",
+                t.engine,
+                t.vcs
+            );
+            Ok((t, computed))
+        });
+        let result = result.and_then(|(t, computed)| {
+            let swap = self.install(&t)?;
+            Ok((t, computed, swap))
+        });
+        match result {
+            Ok((tables, computed, swap)) => {
+                let mut event = RoutesInstalled {
+                    engine: tables.engine.clone(),
+                    failed_links,
+                    compute_ms: Some(computed.as_secs_f64() * 1e3),
+                    total_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                    ..RoutesInstalled::default()
+                };
+                swap.describe(&mut event);
+                let record = self.events.record(ControllerEvent::RoutesInstalled(event));
+                if let Some(first) = self.first_detection_since_last_reroute(record.time_ns) {
+                    crate::ctl_metrics::reroute(Duration::from_nanos(
+                        record.time_ns.saturating_sub(first),
+                    ));
+                }
+                self.tables = tables;
+                self.routed_around = faulty;
+                self.reroutes += 1;
+            }
+            Err(e) => self.reroute_failed(failed_links, e),
+        }
+    }
+
+    /// Swaps `tables` in. A switch that died on its own (its container
+    /// killed, say) before its neighbours all reported it fails the
+    /// install: it is found, recorded as lost, and skipped, and the install
+    /// is retried.
+    fn install(&mut self, tables: &RoutingTables) -> anyhow::Result<crate::fabric::Swap> {
+        loop {
+            match self.fabric.swap_routes(tables, self.policy.reconfiguration) {
+                Ok(swap) => return Ok(swap),
+                Err(e) => {
+                    if self.find_dead_switches() == 0 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks every switch that no longer answers its control port as lost,
+    /// recording a `switch-lost` fault at the moment its neighbours last
+    /// heard it (the best estimate of when it died); returns how many.
+    pub fn find_dead_switches(&mut self) -> usize {
+        let mut found = 0;
+        for s in 0..self.topo.num_switches() as u32 {
+            let node = NodeRef::Switch(s);
+            let i = self.fabric.daemon_of(node);
+            if self.fabric.daemons[i].dead || self.fabric.answers(i) {
+                continue;
+            }
+            self.fabric.mark_dead(i);
+            let name = self.topo.node_name(node).to_string();
+            tracing::warn!(element = %name, "switch lost: no answer on its control port");
+            crate::ctl_metrics::fault("switch-lost", &name);
+            let watched = watched_ends(self.topo, Element::Switch(s));
+            let died_ns = self
+                .events
+                .snapshot()
+                .iter()
+                .filter(|r| {
+                    r.port_down_any().is_some_and(|port| {
+                        watched
+                            .iter()
+                            .any(|e| e.port == port && self.topo.node_name(e.node) == r.source)
+                    })
+                })
+                .filter_map(|r| r.last_heard_ns().or(Some(r.time_ns)))
+                .min()
+                .unwrap_or_else(flitnet_runtime::clock::now_ns);
+            self.events
+                .record_at(died_ns, ControllerEvent::fault("switch-lost", name));
+            found += 1;
+        }
+        found
+    }
+
+    fn reroute_failed(&self, failed_links: Vec<LinkId>, e: anyhow::Error) {
+        let error = format!("{e:#}");
+        tracing::warn!(%error, "re-routing failed");
+        self.events.record(ControllerEvent::RerouteFailed {
+            failed_links,
+            error,
+        });
+    }
+
+    /// The earliest port event since the previous installation, for the
+    /// detection-to-installed metric.
+    fn first_detection_since_last_reroute(&self, installed_ns: u64) -> Option<u64> {
+        let records = self.events.snapshot();
+        let last_install = records
+            .iter()
+            .filter(|r| {
+                r.time_ns < installed_ns
+                    && r.is_controller()
+                    && matches!(
+                        r.event,
+                        crate::events::Event::Controller(ControllerEvent::RoutesInstalled(_))
+                    )
+            })
+            .map(|r| r.time_ns)
+            .max()
+            .unwrap_or(0);
+        records
+            .iter()
+            .filter(|r| r.time_ns > last_install && r.time_ns <= installed_ns)
+            .filter(|r| r.port_down().is_some() || r.port_up().is_some())
+            .map(|r| r.time_ns)
+            .min()
+    }
+}
+
+/// What a fault or repair acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    Link(LinkId),
+    Switch(flitnet_core::topology::SwitchId),
+}
+
+/// A link's name in reports: both ends, `NODE:PORT-NODE:PORT`.
+pub fn link_name(topo: &Topology, l: LinkId) -> String {
+    let link = &topo.links[l as usize];
+    format!(
+        "{}:{}-{}:{}",
+        topo.node_name(link.a.node),
+        link.a.port,
+        topo.node_name(link.b.node),
+        link.b.port
+    )
+}
+
+/// The link whose [`link_name`] is `name`.
+pub fn link_named(topo: &Topology, name: &str) -> Option<LinkId> {
+    (0..topo.links.len() as LinkId).find(|&l| link_name(topo, l) == name)
+}
+
+/// The links cabled to `node`.
+pub fn links_of(topo: &Topology, node: NodeRef) -> Vec<LinkId> {
+    (0..topo.radix(node) as u16)
+        .filter_map(|port| topo.link_at(PortRef { node, port }))
+        .collect()
+}
+
+/// The ends through which neighbours see `element`: both ends of a link,
+/// the peers of a switch's ports.
+pub fn watched_ends(topo: &Topology, element: Element) -> Vec<PortRef> {
+    match element {
+        Element::Link(link) => {
+            let l = &topo.links[link as usize];
+            vec![l.a, l.b]
+        }
+        Element::Switch(s) => {
+            let node = NodeRef::Switch(s);
+            (0..topo.radix(node) as u16)
+                .filter_map(|port| topo.peer(PortRef { node, port }))
+                .collect()
+        }
+    }
+}
+
+/// How a fault (or repair) recorded at `t0` was seen and handled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Handled {
+    /// The first daemon report of a watched end going down (up, for a
+    /// repair) at or after `t0`, from the daemon on that end.
+    pub detected: Option<Record>,
+    /// The first installation at or after `t0` whose routes avoid (for a
+    /// repair: no longer avoid) every link of the element.
+    pub installed: Option<Record>,
+}
+
+/// Reads from `records` how the fault or repair of `element` at `t0` was
+/// detected and routed around. Only records from `t0` on count: an earlier
+/// report, or one from a daemon not facing the element, says nothing about
+/// this fault.
+pub fn fault_timing(
+    topo: &Topology,
+    element: Element,
+    repair: bool,
+    t0: u64,
+    records: &[Record],
+) -> Handled {
+    let watched = watched_ends(topo, element);
+    let detected = records
+        .iter()
+        .find(|r| {
+            r.time_ns >= t0
+                && !r.is_controller()
+                && (if repair {
+                    r.port_up()
+                } else {
+                    r.port_down_any()
+                })
+                .is_some_and(|port| {
+                    watched
+                        .iter()
+                        .any(|e| e.port == port && topo.node_name(e.node) == r.source)
+                })
+        })
+        .cloned();
+    let links: Vec<LinkId> = match element {
+        Element::Link(link) => vec![link],
+        Element::Switch(s) => links_of(topo, NodeRef::Switch(s)),
+    };
+    let installed = records
+        .iter()
+        .find(|r| {
+            let crate::events::Event::Controller(ControllerEvent::RoutesInstalled(i)) = &r.event
+            else {
+                return false;
+            };
+            r.time_ns >= t0
+                && r.is_controller()
+                && if repair {
+                    links.iter().all(|l| !i.failed_links.contains(l))
+                } else {
+                    links.iter().all(|l| i.failed_links.contains(l))
+                }
+        })
+        .cloned();
+    Handled {
+        detected,
+        installed,
+    }
+}
