@@ -6,6 +6,21 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Once;
 
+/// Whether a test must skip because a tool it needs is missing: locally it
+/// says so and skips; under CI (`CI` set) a missing tool is a failure,
+/// since CI installs every tool the tests use.
+pub fn skip_without(available: bool, what: &str) -> bool {
+    if available {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{what} is missing, and CI installs it (.ci/run): failing instead of skipping"
+    );
+    println!("skipped: {what} is missing");
+    true
+}
+
 /// The workspace root.
 pub fn workspace_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

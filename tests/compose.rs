@@ -189,10 +189,14 @@ fn u(v: &Value, path: &[&str]) -> u64 {
 
 #[test]
 fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
-    let Some(tool) = compose_tool() else {
-        println!("skipped: Docker (engine + docker-compose or the compose plugin) is unavailable");
+    let tool = compose_tool();
+    if flitnet::skip_without(
+        tool.is_some(),
+        "Docker (engine + docker-compose or the compose plugin)",
+    ) {
         return;
-    };
+    }
+    let tool = tool.expect("checked");
     let image_size = build_image();
     assert!(
         image_size < 64 << 20,

@@ -215,11 +215,10 @@ fn daemon_metrics(run_dir: &Path) -> Vec<(String, SocketAddr)> {
 
 #[test]
 fn prometheus_scrapes_the_fabric_and_every_dashboard_query_has_data() {
-    if !installed("prometheus") || !installed("promtool") {
-        println!(
-            "skipped: Debian's `prometheus` package (prometheus, promtool) is not installed; \
-             apt-get install -y --no-install-recommends prometheus"
-        );
+    if flitnet::skip_without(
+        installed("prometheus") && installed("promtool"),
+        "Debian's `prometheus` package (prometheus, promtool; apt-get install -y --no-install-recommends prometheus)",
+    ) {
         return;
     }
     let scratch = std::env::temp_dir().join(format!("flitnet-prometheus-{}", std::process::id()));

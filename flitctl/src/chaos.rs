@@ -458,7 +458,7 @@ fn timings(
                 Target::Link { link, .. } => Element::Link(link),
                 Target::Switch(s) => Element::Switch(s),
             };
-            let handled = fault_timing(topo, element, repair, t0, records);
+            let handled = fault_timing(topo, &[element], repair, t0, records);
             if let Some(d) = &handled.detected {
                 timing.detection_ms = Some(ms(t0, d.time_ns));
                 timing.detected_by = Some(d.source.clone());

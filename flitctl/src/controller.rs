@@ -212,7 +212,7 @@ impl<'a> Controller<'a> {
             Ok((tables, computed, swap)) => {
                 let mut event = RoutesInstalled {
                     engine: tables.engine.clone(),
-                    failed_links,
+                    failed_links: Some(failed_links),
                     compute_ms: Some(computed.as_secs_f64() * 1e3),
                     total_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                     ..RoutesInstalled::default()
@@ -380,18 +380,21 @@ pub struct Handled {
     pub installed: Option<Record>,
 }
 
-/// Reads from `records` how the fault or repair of `element` at `t0` was
-/// detected and routed around. Only records from `t0` on count: an earlier
-/// report, or one from a daemon not facing the element, says nothing about
-/// this fault.
+/// Reads from `records` how the fault or repair of `elements` (injected at
+/// one instant `t0`) was detected and routed around. Only records from `t0`
+/// on count: an earlier report, or one from a daemon not facing an
+/// element, says nothing about this fault.
 pub fn fault_timing(
     topo: &Topology,
-    element: Element,
+    elements: &[Element],
     repair: bool,
     t0: u64,
     records: &[Record],
 ) -> Handled {
-    let watched = watched_ends(topo, element);
+    let watched: Vec<PortRef> = elements
+        .iter()
+        .flat_map(|&e| watched_ends(topo, e))
+        .collect();
     let detected = records
         .iter()
         .find(|r| {
@@ -409,10 +412,13 @@ pub fn fault_timing(
                 })
         })
         .cloned();
-    let links: Vec<LinkId> = match element {
-        Element::Link(link) => vec![link],
-        Element::Switch(s) => links_of(topo, NodeRef::Switch(s)),
-    };
+    let links: Vec<LinkId> = elements
+        .iter()
+        .flat_map(|&e| match e {
+            Element::Link(link) => vec![link],
+            Element::Switch(s) => links_of(topo, NodeRef::Switch(s)),
+        })
+        .collect();
     let installed = records
         .iter()
         .find(|r| {
@@ -420,12 +426,15 @@ pub fn fault_timing(
             else {
                 return false;
             };
+            let Some(avoided) = &i.failed_links else {
+                return false;
+            };
             r.time_ns >= t0
                 && r.is_controller()
                 && if repair {
-                    links.iter().all(|l| !i.failed_links.contains(l))
+                    links.iter().all(|l| !avoided.contains(l))
                 } else {
-                    links.iter().all(|l| i.failed_links.contains(l))
+                    links.iter().all(|l| avoided.contains(l))
                 }
         })
         .cloned();

@@ -158,11 +158,19 @@ impl ControllerEvent {
         }
     }
 
+    /// The run's first tables, from `engine`.
+    pub fn first_routes(engine: &str) -> Self {
+        ControllerEvent::RoutesInstalled(RoutesInstalled {
+            engine: engine.into(),
+            ..RoutesInstalled::default()
+        })
+    }
+
     /// Tables from `engine` installed, avoiding `failed_links`.
     pub fn routes_installed(engine: &str, failed_links: Vec<LinkId>) -> Self {
         ControllerEvent::RoutesInstalled(RoutesInstalled {
             engine: engine.into(),
-            failed_links,
+            failed_links: Some(failed_links),
             ..RoutesInstalled::default()
         })
     }
@@ -172,9 +180,9 @@ impl ControllerEvent {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoutesInstalled {
     pub engine: String,
-    /// The links the new routes avoid.
-    #[serde(default)]
-    pub failed_links: Vec<LinkId>,
+    /// The links the new routes avoid; absent for a run's first tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_links: Option<Vec<LinkId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,20 +16,26 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where Debian's libumad2sim0 puts the preload library.
-pub const UMAD2SIM: &str = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so";
+/// Where Debian's libumad2sim0 puts the preload library: under the
+/// multiarch directory of this machine (x86_64-linux-gnu,
+/// aarch64-linux-gnu, …), found by looking rather than assumed.
+pub fn umad2sim() -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/usr/lib")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("umad2sim/libumad2sim.so"))
+        .find(|p| p.exists())
+}
 
 /// Why OpenSM cannot be run here, or `None` if it can.
 pub fn unavailable_reason() -> Option<String> {
-    let missing: Vec<&str> = [
-        "/usr/sbin/opensm",
-        "/usr/bin/ibsim",
-        UMAD2SIM,
-        "/usr/bin/timeout",
-    ]
-    .into_iter()
-    .filter(|p| !Path::new(p).exists())
-    .collect();
+    let mut missing: Vec<&str> = ["/usr/sbin/opensm", "/usr/bin/ibsim", "/usr/bin/timeout"]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if umad2sim().is_none() {
+        missing.push("/usr/lib/<multiarch>/umad2sim/libumad2sim.so");
+    }
     (!missing.is_empty()).then(|| {
         format!(
             "missing {} (apt-get install -y --no-install-recommends opensm ibsim-utils infiniband-diags)",
@@ -182,7 +188,7 @@ fn run_in(
         .env("SIM_HOST", &first_host)
         .env("OSM_CACHE_DIR", dir.join("cache"))
         .env("OSM_TMP_DIR", dir.join("cache"))
-        .env("LD_PRELOAD", UMAD2SIM)
+        .env("LD_PRELOAD", umad2sim().unwrap_or_default())
         .args([
             "-k",
             "5",

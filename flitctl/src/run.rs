@@ -305,7 +305,7 @@ fn fault_log(topo: &Topology, records: &[Record], down_at_start: &[LinkId]) -> V
                 explained.extend(links_of(topo, NodeRef::Switch(s)));
             }
         }
-        let handled = fault_timing(topo, element, false, r.time_ns, records);
+        let handled = fault_timing(topo, &[element], false, r.time_ns, records);
         log.push(FaultTiming::new(
             r,
             handled.detected.as_ref(),
@@ -330,7 +330,7 @@ fn fault_log(topo: &Topology, records: &[Record], down_at_start: &[LinkId]) -> V
             source: crate::events::CONTROLLER.into(),
             event: ControllerEvent::fault("link-lost", link_name(topo, link)).into(),
         };
-        let handled = fault_timing(topo, Element::Link(link), false, t0, records);
+        let handled = fault_timing(topo, &[Element::Link(link)], false, t0, records);
         log.push(FaultTiming::new(
             &fault,
             handled.detected.as_ref(),

@@ -128,10 +128,7 @@ impl Session {
         let fabric = Fabric::launch(topo.clone(), &launch)?;
         let bring_up = started.elapsed();
         fabric.install_routes(&tables)?;
-        events.record(ControllerEvent::routes_installed(
-            &tables.engine,
-            Vec::new(),
-        ));
+        events.record(ControllerEvent::first_routes(&tables.engine));
         eprintln!(
             "fabric up: {} switches, {} hosts in {:.2}s over {}{} (run dir {})",
             topo.num_switches(),

@@ -384,6 +384,13 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
+    /// The mechanism's name, as `--mechanism` spells it.
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string())
+    }
+
     /// The seed 004 mechanism set, for the intermediate-node variants.
     pub fn intermediate(self) -> Option<Mechanisms> {
         Some(match self {
@@ -615,7 +622,7 @@ impl IntermediateSetup {
         Ok(
             events.record(ControllerEvent::RoutesInstalled(RoutesInstalled {
                 engine: "intermediate-nodes".into(),
-                failed_links: faults.links.iter().copied().collect(),
+                failed_links: Some(faults.links.iter().copied().collect()),
                 mechanism: Some(self.mechanisms.to_string()),
                 faulty_links: Some(faults.links.len()),
                 routed_pairs: Some(sum(|s| s.routed)),
@@ -777,7 +784,7 @@ pub fn run(args: UpArgs) -> Result<()> {
     } = execute(&args)?;
     if args.json {
         let mut json = serde_json::to_value(&run)?;
-        json["mechanism"] = format!("{:?}", args.mechanism).into();
+        json["mechanism"] = args.mechanism.name().into();
         json["reroutes"] = reroutes.into();
         if let Some(r) = &intermediate {
             json["intermediate"] = serde_json::to_value(r)?;
@@ -926,8 +933,8 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         Some(m) => {
             if args.tables.is_some() {
                 bail!(
-                    "--mechanism {:?} installs its own tables; drop --tables",
-                    args.mechanism
+                    "--mechanism {} installs its own tables; drop --tables",
+                    args.mechanism.name()
                 );
             }
             Some(IntermediateSetup::new(&topo, m, args.fabric.vcs)?)
@@ -955,17 +962,17 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             && args.fabric.recovery_protocol.is_on()
         {
             bail!(
-                "--mechanism {:?} routes around link faults only (seed 002 §3.4, §3.6): with \
-                 --kill-switch, {:?} would resend into the same dead end again and again; use \
+                "--mechanism {} routes around link faults only (seed 002 §3.4, §3.6): with \
+                 --kill-switch, {} would resend into the same dead end again and again; use \
                  --mechanism dlr or dlr-adaptive (link and switch faults)",
-                args.mechanism,
-                args.fabric.recovery_protocol
+                args.mechanism.name(),
+                args.fabric.recovery_protocol.name()
             );
         }
         if c.vcs_needed() > args.fabric.vcs {
             bail!(
-                "--mechanism {:?} needs {} virtual channels; run with --vcs {}",
-                args.mechanism,
+                "--mechanism {} needs {} virtual channels; run with --vcs {}",
+                args.mechanism.name(),
                 c.vcs_needed(),
                 c.vcs_needed()
             );
@@ -1000,8 +1007,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);
     events.record(ControllerEvent::traffic_started(&spec.pattern));
     let mut faults = FaultSet::none();
-    // The faults `up` injected, with what they acted on.
-    let mut injected: Vec<(crate::events::Record, Element)> = Vec::new();
+    // The faults `up` injected, one record per instant, with what they
+    // acted on.
+    let mut injected: Vec<(crate::events::Record, Vec<Element>)> = Vec::new();
     let mut drops_at_switchover = None;
     // One fault step per `--kill-switch` (`--kill-every` apart), or the
     // links all at once.
@@ -1027,23 +1035,25 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             let name = topo.node_name(NodeRef::Switch(s)).to_string();
             crate::ctl_metrics::fault("switch-sigkill", &name);
             let r = events.record_at(started_ns, ControllerEvent::fault("switch-sigkill", name));
-            injected.push((r, Element::Switch(s)));
+            injected.push((r, vec![Element::Switch(s)]));
         } else {
             let kind = match args.kill_by {
                 KillBy::Admin => "link-down",
                 KillBy::Carrier => "carrier-down",
             };
+            let mut names = Vec::new();
             for &l in &kill_links {
                 match args.kill_by {
                     KillBy::Admin => ctl.fabric.set_link(l, false)?,
                     KillBy::Carrier => ctl.fabric.set_carrier(l, false)?,
                 }
                 faults.links.insert(l);
-                let what = link_name(&topo, l);
-                crate::ctl_metrics::fault(kind, &what);
-                let r = events.record_at(started_ns, ControllerEvent::fault(kind, what));
-                injected.push((r, Element::Link(l)));
+                names.push(link_name(&topo, l));
             }
+            let what = names.join(",");
+            crate::ctl_metrics::fault(kind, &what);
+            let r = events.record_at(started_ns, ControllerEvent::fault(kind, what));
+            injected.push((r, kill_links.iter().map(|&l| Element::Link(l)).collect()));
         }
         if ctl.policy.intermediate.is_some() {
             // Seed 004: once the hosts route around the faults, packets
@@ -1088,8 +1098,8 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let records = events.snapshot();
     let fault_log = injected
         .iter()
-        .map(|(r, element)| {
-            let handled = fault_timing(&topo, *element, false, r.time_ns, &records);
+        .map(|(r, elements)| {
+            let handled = fault_timing(&topo, elements, false, r.time_ns, &records);
             report::FaultTiming::new(r, handled.detected.as_ref(), handled.installed.as_ref())
         })
         .collect();

@@ -44,6 +44,16 @@ pub enum RecoveryProtocol {
 }
 
 impl RecoveryProtocol {
+    /// The protocol's name, as the CLI, scenarios and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryProtocol::None => "none",
+            RecoveryProtocol::Sbrp0 => "sbrp0",
+            RecoveryProtocol::Sbrp1 => "sbrp1",
+            RecoveryProtocol::Sbrp2 => "sbrp2",
+        }
+    }
+
     pub fn is_on(self) -> bool {
         self != RecoveryProtocol::None
     }
