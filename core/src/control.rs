@@ -163,6 +163,11 @@ pub struct PortPeer {
     /// UDP transport: the peer process's data address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<SocketAddr>,
+    /// UDP transport: the port number on the peer's end of the cable. The
+    /// peer writes it into every datagram's header; it tells apart
+    /// parallel cables to one peer address, and is required for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_port: Option<PortNo>,
     /// Ethernet transport: the local interface of this port (`n3p1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
@@ -180,9 +185,16 @@ impl PortPeer {
         PortPeer {
             port,
             peer: Some(peer),
+            peer_port: None,
             interface: None,
             peer_mac: None,
         }
+    }
+
+    /// The same port, knowing the port number on the peer's end.
+    pub fn with_peer_port(mut self, peer_port: PortNo) -> Self {
+        self.peer_port = Some(peer_port);
+        self
     }
 
     /// A port cabled through the local interface `interface`.
@@ -190,6 +202,7 @@ impl PortPeer {
         PortPeer {
             port,
             peer: None,
+            peer_port: None,
             interface: Some(interface.to_string()),
             peer_mac: peer_mac.map(|m| {
                 m.iter()
@@ -353,6 +366,8 @@ impl DaemonConfig {
         let name = &self.name;
         let transport = self.fabric.transport.name();
         let mut interfaces = std::collections::BTreeSet::new();
+        let mut cables: std::collections::BTreeMap<SocketAddr, Vec<(PortNo, Option<PortNo>)>> =
+            Default::default();
         for p in &self.ports {
             let port = p.port;
             match self.fabric.transport {
@@ -366,6 +381,9 @@ impl DaemonConfig {
                         return Err(ConfigError(format!(
                             "{name}: port {port} names an interface, but the fabric's transport is udp"
                         )));
+                    }
+                    if let Some(peer) = p.peer {
+                        cables.entry(peer).or_default().push((port, p.peer_port));
                     }
                 }
                 DataTransport::Ethernet => {
@@ -401,6 +419,24 @@ impl DaemonConfig {
                             "{name}: port {port} has a peer address, but the fabric's transport is ethernet"
                         )));
                     }
+                }
+            }
+        }
+        // Parallel cables to one peer address are told apart by the peer's
+        // port, which each must name, and no two alike.
+        for (peer, ends) in cables.iter().filter(|(_, ends)| ends.len() > 1) {
+            let mut peer_ports = std::collections::BTreeSet::new();
+            for &(port, peer_port) in ends {
+                let Some(peer_port) = peer_port else {
+                    return Err(ConfigError(format!(
+                        "{name}: port {port} is one of {} cables to {peer} but names no peer_port (parallel cables are told apart by it)",
+                        ends.len()
+                    )));
+                };
+                if !peer_ports.insert(peer_port) {
+                    return Err(ConfigError(format!(
+                        "{name}: port {port} and another port are both cabled to port {peer_port} of {peer}"
+                    )));
                 }
             }
         }
@@ -600,6 +636,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+    }
+
+    #[test]
+    fn parallel_udp_cables_must_name_distinct_peer_ports() {
+        let b: SocketAddr = "127.0.0.2:7000".parse().unwrap();
+        let mut c = cfg();
+        c.ports = vec![PortPeer::udp(0, b), PortPeer::udp(1, b)];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("port 0 is one of 2 cables to 127.0.0.2:7000"),
+            "{e}"
+        );
+        c.ports = vec![
+            PortPeer::udp(0, b).with_peer_port(3),
+            PortPeer::udp(1, b).with_peer_port(3),
+        ];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("both cabled to port 3 of 127.0.0.2:7000"), "{e}");
+        c.ports[1].peer_port = Some(4);
+        c.validate().unwrap();
     }
 
     #[test]

@@ -454,6 +454,9 @@ pub struct Link {
     /// Link errors have kept the link down for `dead_after_ns` (reported
     /// with a second `PeerDown`); cleared when the link is up again.
     errors_persist: bool,
+    /// This end's port number, written into every header so that the
+    /// receiver tells parallel cables from one node apart (docs/wire.md).
+    port: u16,
 }
 
 fn ahead(a: u16, b: u16) -> i16 {
@@ -507,8 +510,19 @@ impl Link {
             peer_reset_gen: None,
             error_at: None,
             errors_persist: false,
+            port: 0,
             cfg,
         })
+    }
+
+    /// Sets the port number this end writes into every header (0 until set).
+    pub fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    /// The port number this end writes into every header.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn config(&self) -> &LinkConfig {
@@ -1316,6 +1330,7 @@ impl Link {
             epoch: self.epoch,
             peer_epoch: self.peer_epoch.unwrap_or(0),
             seq: self.tx_seq,
+            port: self.port,
         }
     }
 

@@ -262,7 +262,9 @@ pub fn daemon_configs(
                 .filter_map(|p| {
                     let here = PortRef { node, port: p };
                     topo.peer(here).map(|peer| match params.transport {
-                        DataTransport::Udp => PortPeer::udp(p, addr(peer.node, DATA_PORT)),
+                        DataTransport::Udp => {
+                            PortPeer::udp(p, addr(peer.node, DATA_PORT)).with_peer_port(peer.port)
+                        }
                         DataTransport::Ethernet => PortPeer::ethernet(
                             p,
                             &interface_name(node_index(topo, node), p),

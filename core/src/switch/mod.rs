@@ -333,9 +333,11 @@ impl Switch {
         cfg.validate()?;
         let link_cfg = cfg.port_link();
         let mut ports = Vec::with_capacity(cfg.radix);
-        for _ in 0..cfg.radix {
+        for p in 0..cfg.radix {
+            let mut link = Link::with_epoch(link_cfg.clone(), epoch)?;
+            link.set_port(p as u16);
             ports.push(Port {
-                link: Link::with_epoch(link_cfg.clone(), epoch)?,
+                link,
                 failed: false,
                 bad_vc_seen: 0,
             });
