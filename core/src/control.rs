@@ -11,8 +11,8 @@ mod reply;
 
 pub use event::{open_event, seal_event, EventAuthError};
 pub use reply::{
-    HostDaemonReport, HostLinkReport, LoopReport, NodeKind, Reply, SwitchReport, TimerLateness,
-    TransportCounters, UnexpectedReply,
+    HostDaemonReport, HostLinkReport, LinkState, LoopReport, NodeKind, Reply, SwitchReport,
+    TimerLateness, TransportCounters, UnexpectedReply,
 };
 
 use crate::routing::{SwitchTable, VcPolicy};
@@ -507,6 +507,12 @@ pub enum Request {
     /// datagrams sent on `port`, so the receiver's CRC check rejects them
     /// (counted there as link errors).
     Corrupt { port: PortNo, count: u32 },
+    /// Fault injection for stall diagnosis: the switch's `port` stops
+    /// (`on`) or resumes returning credits to its peer, whose traffic
+    /// towards it then stops for want of credits while the link stays up
+    /// ([`crate::link::Link::set_credits_withheld`]). Never used outside
+    /// tests and `flitctl up --withhold-credits`.
+    WithholdCredits { port: PortNo, on: bool },
     /// Turn dynamic local rerouting (seed 002) on (`config` set) or off on
     /// a switch of a k-ary n-tree: the switch then misroutes around dead
     /// ports on its own. `level` (0 = leaves) and `label` (digits 1..n-1)

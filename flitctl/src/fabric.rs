@@ -804,6 +804,21 @@ impl Fabric {
         Ok(())
     }
 
+    /// Fault injection: switch port `end` stops (`on`) or resumes
+    /// returning credits to its peer.
+    pub fn withhold_credits(&self, end: PortRef, on: bool) -> Result<()> {
+        let i = self.daemon_of(end.node);
+        self.client(i)?
+            .call_ok(Request::WithholdCredits { port: end.port, on })
+            .with_context(|| {
+                format!(
+                    "withholding credits on {}:{}",
+                    self.daemons[i].name, end.port
+                )
+            })?;
+        Ok(())
+    }
+
     /// The report of one daemon.
     pub fn report_of(&self, node: NodeRef) -> Result<Reply> {
         let i = self.daemon_of(node);

@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
-    DaemonConfig, HostDaemonReport, HostLinkReport, NodeKind, Reply, Request, Response, Role,
-    TrafficSpec,
+    DaemonConfig, HostDaemonReport, HostLinkReport, LinkState, NodeKind, Reply, Request, Response,
+    Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::intermediate::IntermediateRoutes;
@@ -180,6 +180,10 @@ impl Node for HostNode {
                         last_recovery_ns: link.last_recovery_ns,
                         max_recovery_ns: link.max_recovery_ns,
                     },
+                    links: vec![LinkState::of(
+                        self.endpoint.link().port(),
+                        self.endpoint.link(),
+                    )],
                     event_loop: Default::default(),
                 })))
             }
@@ -194,6 +198,10 @@ impl Node for HostNode {
                 self.endpoint.link_mut().set_admin_up(up);
                 Response::ok()
             }
+            Request::WithholdCredits { .. } => Response::error(format!(
+                "{}: credits are withheld on switch ports only",
+                self.name
+            )),
             Request::Corrupt { .. } => Response::error(format!(
                 "{}: corruption is injected on switch ports only",
                 self.name

@@ -566,6 +566,14 @@ impl Switch {
         Ok(())
     }
 
+    /// Fault injection: the port stops (or resumes) returning credits to
+    /// its peer ([`Link::set_credits_withheld`]).
+    pub fn set_credits_withheld(&mut self, port: PortNo, on: bool) -> Result<(), SwitchError> {
+        let p = self.check_port(port)?;
+        self.ports[p].link.set_credits_withheld(on);
+        Ok(())
+    }
+
     pub fn counters(&self) -> &SwitchCounters {
         &self.counters
     }
