@@ -218,8 +218,32 @@ impl PortPeer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "role")]
 pub enum Role {
-    Switch { id: SwitchId, radix: usize },
-    Host { id: HostId, hosts: u32 },
+    Switch {
+        id: SwitchId,
+        radix: usize,
+    },
+    /// A host has one port (full duplex), or two on one-way links (RUFT):
+    /// it sends on port 0 and receives on port 1
+    /// ([`HOST_SEND_PORT`], [`HOST_RECEIVE_PORT`]).
+    Host {
+        id: HostId,
+        hosts: u32,
+        #[serde(default = "one_port", skip_serializing_if = "is_one_port")]
+        ports: usize,
+    },
+}
+
+/// The port a two-port host sends on (the sending end of a one-way link).
+pub const HOST_SEND_PORT: PortNo = 0;
+/// The port a two-port host receives on (the receiving end of a one-way link).
+pub const HOST_RECEIVE_PORT: PortNo = 1;
+
+fn one_port() -> usize {
+    1
+}
+
+fn is_one_port(n: &usize) -> bool {
+    *n == 1
 }
 
 /// The file the controller writes for each daemon (`--config FILE`).
@@ -298,13 +322,19 @@ impl DaemonConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let radix = match self.role {
             Role::Switch { radix, .. } => radix,
-            Role::Host { id, hosts } => {
+            Role::Host { id, hosts, ports } => {
                 if id >= hosts {
                     return Err(ConfigError(format!(
                         "host id {id} is not below the host count {hosts}"
                     )));
                 }
-                1
+                if !(1..=2).contains(&ports) {
+                    return Err(ConfigError(format!(
+                        "{}: a host has 1 port, or 2 on one-way links (send on {HOST_SEND_PORT}, receive on {HOST_RECEIVE_PORT}), not {ports}",
+                        self.name
+                    )));
+                }
+                ports
             }
         };
         let mut seen = std::collections::BTreeSet::new();

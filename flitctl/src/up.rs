@@ -789,6 +789,7 @@ pub fn auto_engine(topo: &Topology) -> &'static str {
         Family::KaryNTree { .. } | Family::Pgft(_) => "dmodk",
         Family::Mesh { .. } | Family::Torus { .. } => "dor",
         Family::Hypercube { .. } => "ecube",
+        Family::Ruft { .. } => "ft2ei",
         _ => "updown",
     }
 }
