@@ -438,11 +438,13 @@ impl Mechanism {
             Mechanism::Ft2eiDynDrop => false,
             _ => return Ok(None),
         };
-        let Family::KaryNTree { k, n } = topo.family else {
-            bail!(
-                "--mechanism ft2ei-dyn needs a k-ary n-tree, `{}` is not one",
+        let (k, n, ruft) = match topo.family {
+            Family::KaryNTree { k, n } => (k, n, false),
+            Family::Ruft { k, n } => (k, n, true),
+            _ => bail!(
+                "--mechanism ft2ei-dyn needs a k-ary n-tree or a RUFT, `{}` is neither",
                 topo.name
-            );
+            ),
         };
         if args.engine != "ft2ei" || args.tables.is_some() {
             bail!(
@@ -462,6 +464,7 @@ impl Mechanism {
             n,
             n_ei: 2,
             emergency,
+            ruft,
         }))
     }
 }
