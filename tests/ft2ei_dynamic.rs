@@ -198,7 +198,7 @@ fn on_a_ruft_a_dead_link_costs_exactly_the_flows_it_carried() {
     assert_eq!(n(&f["ctrl_sent"]), 0, "{r:#}");
     assert_eq!(n(&f["exclusion_updates"]), 1, "{r:#}");
     assert_eq!(n(&f["switches_updated"]), 1, "{r:#}");
-    let lost = assert_losses_explained("ruft", &r, &["no_route", "port_down"]);
+    let lost = assert_losses_explained("ruft", &r, &["no-route", "port-down"]);
     // Per flow, from the hosts' own counts: the cut flows lost, no other.
     let reports: serde_json::Value = serde_json::from_slice(
         &std::fs::read(run_dir.path().join("reports.json")).expect("reports.json"),
@@ -208,8 +208,8 @@ fn on_a_ruft_a_dead_link_costs_exactly_the_flows_it_carried() {
     let mut lost_on_cut = 0;
     for s in 0..16u64 {
         for d in (0..16u64).filter(|&d| d != s) {
-            let sent = n(&reports[name(s)]["sent_to"][d.to_string()]);
-            let got = n(&reports[name(d)]["delivered_from"][s.to_string()]);
+            let sent = n(&reports[name(s)]["endpoint"]["sent_to"][d.to_string()]);
+            let got = n(&reports[name(d)]["endpoint"]["delivered_from"][s.to_string()]);
             let cut = s / 4 == 1 && d % 4 == 2;
             if cut {
                 lost_on_cut += sent - got;
