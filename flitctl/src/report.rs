@@ -104,9 +104,10 @@ pub struct Drain {
     pub unreachable: BTreeSet<NodeRef>,
 }
 
-/// [`drain`], waiting also for what `what` asks.
+/// [`drain`], waiting also for what `what` asks (until `timeout`, even
+/// if nothing moves meanwhile).
 pub fn drain_until(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<HostReports> {
-    Ok(drain_watch(fabric, timeout, what)?.reports)
+    Ok(drain_for(fabric, timeout, what, false)?.reports)
 }
 
 /// What [`drain_watch`] saw.
@@ -119,10 +120,21 @@ pub struct Drained {
     pub stalled_for: Option<Duration>,
 }
 
-/// [`drain_until`], telling a stall (messages pending, nothing delivered
-/// for [`crate::stall::STALL_QUIET`]) apart from a fabric that drained:
-/// a stall ends the wait early.
+/// [`drain_until`], telling a stall (a host still has messages to send,
+/// nothing delivered for [`crate::stall::STALL_QUIET`]) apart from a
+/// fabric that drained. Without a recovery protocol a stall ends the wait
+/// early; with one, senders may rightly be quiet for a whole hold window
+/// before they resend, so it is judged when `timeout` is up.
 pub fn drain_watch(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<Drained> {
+    drain_for(fabric, timeout, what, !what.until_released)
+}
+
+fn drain_for(
+    fabric: &Fabric,
+    timeout: Duration,
+    what: &Drain,
+    stop_on_stall: bool,
+) -> Result<Drained> {
     let deadline = Instant::now() + timeout;
     let mut last_delivered = u64::MAX;
     let mut stable_since = Instant::now();
@@ -153,16 +165,17 @@ pub fn drain_watch(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<D
             && released
             && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
         let quiet = stable_since.elapsed();
-        if !drained && quiet >= crate::stall::STALL_QUIET {
+        let stalled = (!drained && quiet >= crate::stall::STALL_QUIET).then_some(quiet);
+        if stalled.is_some() && stop_on_stall {
             return Ok(Drained {
                 reports,
-                stalled_for: Some(quiet),
+                stalled_for: stalled,
             });
         }
         if settled || Instant::now() > deadline {
             return Ok(Drained {
                 reports,
-                stalled_for: None,
+                stalled_for: stalled,
             });
         }
         std::thread::sleep(Duration::from_millis(50));
