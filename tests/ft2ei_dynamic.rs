@@ -153,6 +153,79 @@ fn switches_reconfigure_by_control_packets_and_emergency_paths_lose_only_the_lin
     );
 }
 
+/// Dynamic FT²EI on the 4-ary 2-RUFT (one-way links, one path per pair,
+/// seed 000 §2.2): killing output 2 of stage-0 switch `s0-1` (the link to
+/// `s1-2`) cuts the flows from that switch's hosts (NIDs 4..7) to every
+/// destination whose digit 0 is 2 (2, 6, 10, 14): nothing can route around
+/// it. The switch feeding the link excludes those destinations at once, on
+/// its own (one exclusion update, no control packet: every link points
+/// away from the sources), and drops their packets as `no-route`; every
+/// other flow keeps running and loses nothing.
+#[test]
+fn on_a_ruft_a_dead_link_costs_exactly_the_flows_it_carried() {
+    let topo = topology("ruft-4-2.yaml");
+    let run_dir = RunDir::new("ft2ei-ruft");
+    let r = run_dir
+        .flitctl_json(&[
+            "up",
+            topo.to_str().unwrap(),
+            "--engine",
+            "ft2ei",
+            "--mechanism",
+            "ft2ei-dyn",
+            "--recovery",
+            "none",
+            "--vcs",
+            "1",
+            "--buffer-depth",
+            "16",
+            "--bandwidth",
+            "10000",
+            "--load",
+            "0.05",
+            "--duration",
+            "3s",
+            "--dead-after",
+            "1s",
+            "--kill-at",
+            "1s",
+            "--kill-link",
+            "s0-1:6",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let f = &r["ft2ei"];
+    assert_eq!(n(&f["errors"]), 0, "{r:#}");
+    assert_eq!(n(&f["ctrl_sent"]), 0, "{r:#}");
+    assert_eq!(n(&f["exclusion_updates"]), 1, "{r:#}");
+    assert_eq!(n(&f["switches_updated"]), 1, "{r:#}");
+    let lost = assert_losses_explained("ruft", &r, &["no-route", "port-down"]);
+    // Per flow, from the hosts' own counts: the cut flows lost, no other.
+    let reports: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run_dir.path().join("reports.json")).expect("reports.json"),
+    )
+    .unwrap();
+    let name = |h: u64| format!("h{h:02}");
+    let mut lost_on_cut = 0;
+    for s in 0..16u64 {
+        for d in (0..16u64).filter(|&d| d != s) {
+            let sent = n(&reports[name(s)]["endpoint"]["sent_to"][d.to_string()]);
+            let got = n(&reports[name(d)]["endpoint"]["delivered_from"][s.to_string()]);
+            let cut = s / 4 == 1 && d % 4 == 2;
+            if cut {
+                lost_on_cut += sent - got;
+            } else {
+                assert_eq!(got, sent, "flow {s} -> {d} does not cross the dead link");
+            }
+        }
+    }
+    assert_eq!(lost_on_cut, lost, "{r:#}");
+    assert!(lost > 0, "the cut flows lost nothing: {r:#}");
+    eprintln!(
+        "ruft: {lost} of {} messages lost, all on the 15 flows through the dead link",
+        r["totals"]["messages_sent"]
+    );
+}
+
 #[test]
 fn ft2ei_dyn_refuses_a_controller_reroute_and_other_engines() {
     let topo = topology("kary-3-3.yaml");

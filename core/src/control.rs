@@ -11,8 +11,8 @@ mod reply;
 
 pub use event::{open_event, seal_event, EventAuthError};
 pub use reply::{
-    HostDaemonReport, HostLinkReport, LoopReport, NodeKind, Reply, SwitchReport, TimerLateness,
-    TransportCounters, UnexpectedReply,
+    HostDaemonReport, HostLinkReport, LinkState, LoopReport, NodeKind, Reply, SwitchReport,
+    TimerLateness, TransportCounters, UnexpectedReply,
 };
 
 use crate::routing::{SwitchTable, VcPolicy};
@@ -163,6 +163,11 @@ pub struct PortPeer {
     /// UDP transport: the peer process's data address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<SocketAddr>,
+    /// UDP transport: the port number on the peer's end of the cable. The
+    /// peer writes it into every datagram's header; it tells apart
+    /// parallel cables to one peer address, and is required for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_port: Option<PortNo>,
     /// Ethernet transport: the local interface of this port (`n3p1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interface: Option<String>,
@@ -180,9 +185,16 @@ impl PortPeer {
         PortPeer {
             port,
             peer: Some(peer),
+            peer_port: None,
             interface: None,
             peer_mac: None,
         }
+    }
+
+    /// The same port, knowing the port number on the peer's end.
+    pub fn with_peer_port(mut self, peer_port: PortNo) -> Self {
+        self.peer_port = Some(peer_port);
+        self
     }
 
     /// A port cabled through the local interface `interface`.
@@ -190,6 +202,7 @@ impl PortPeer {
         PortPeer {
             port,
             peer: None,
+            peer_port: None,
             interface: Some(interface.to_string()),
             peer_mac: peer_mac.map(|m| {
                 m.iter()
@@ -205,8 +218,32 @@ impl PortPeer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "role")]
 pub enum Role {
-    Switch { id: SwitchId, radix: usize },
-    Host { id: HostId, hosts: u32 },
+    Switch {
+        id: SwitchId,
+        radix: usize,
+    },
+    /// A host has one port (full duplex), or two on one-way links (RUFT):
+    /// it sends on port 0 and receives on port 1
+    /// ([`HOST_SEND_PORT`], [`HOST_RECEIVE_PORT`]).
+    Host {
+        id: HostId,
+        hosts: u32,
+        #[serde(default = "one_port", skip_serializing_if = "is_one_port")]
+        ports: usize,
+    },
+}
+
+/// The port a two-port host sends on (the sending end of a one-way link).
+pub const HOST_SEND_PORT: PortNo = 0;
+/// The port a two-port host receives on (the receiving end of a one-way link).
+pub const HOST_RECEIVE_PORT: PortNo = 1;
+
+fn one_port() -> usize {
+    1
+}
+
+fn is_one_port(n: &usize) -> bool {
+    *n == 1
 }
 
 /// The file the controller writes for each daemon (`--config FILE`).
@@ -285,13 +322,19 @@ impl DaemonConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let radix = match self.role {
             Role::Switch { radix, .. } => radix,
-            Role::Host { id, hosts } => {
+            Role::Host { id, hosts, ports } => {
                 if id >= hosts {
                     return Err(ConfigError(format!(
                         "host id {id} is not below the host count {hosts}"
                     )));
                 }
-                1
+                if !(1..=2).contains(&ports) {
+                    return Err(ConfigError(format!(
+                        "{}: a host has 1 port, or 2 on one-way links (send on {HOST_SEND_PORT}, receive on {HOST_RECEIVE_PORT}), not {ports}",
+                        self.name
+                    )));
+                }
+                ports
             }
         };
         let mut seen = std::collections::BTreeSet::new();
@@ -353,6 +396,8 @@ impl DaemonConfig {
         let name = &self.name;
         let transport = self.fabric.transport.name();
         let mut interfaces = std::collections::BTreeSet::new();
+        let mut cables: std::collections::BTreeMap<SocketAddr, Vec<(PortNo, Option<PortNo>)>> =
+            Default::default();
         for p in &self.ports {
             let port = p.port;
             match self.fabric.transport {
@@ -366,6 +411,9 @@ impl DaemonConfig {
                         return Err(ConfigError(format!(
                             "{name}: port {port} names an interface, but the fabric's transport is udp"
                         )));
+                    }
+                    if let Some(peer) = p.peer {
+                        cables.entry(peer).or_default().push((port, p.peer_port));
                     }
                 }
                 DataTransport::Ethernet => {
@@ -401,6 +449,24 @@ impl DaemonConfig {
                             "{name}: port {port} has a peer address, but the fabric's transport is ethernet"
                         )));
                     }
+                }
+            }
+        }
+        // Parallel cables to one peer address are told apart by the peer's
+        // port, which each must name, and no two alike.
+        for (peer, ends) in cables.iter().filter(|(_, ends)| ends.len() > 1) {
+            let mut peer_ports = std::collections::BTreeSet::new();
+            for &(port, peer_port) in ends {
+                let Some(peer_port) = peer_port else {
+                    return Err(ConfigError(format!(
+                        "{name}: port {port} is one of {} cables to {peer} but names no peer_port (parallel cables are told apart by it)",
+                        ends.len()
+                    )));
+                };
+                if !peer_ports.insert(peer_port) {
+                    return Err(ConfigError(format!(
+                        "{name}: port {port} and another port are both cabled to port {peer_port} of {peer}"
+                    )));
                 }
             }
         }
@@ -471,6 +537,12 @@ pub enum Request {
     /// datagrams sent on `port`, so the receiver's CRC check rejects them
     /// (counted there as link errors).
     Corrupt { port: PortNo, count: u32 },
+    /// Fault injection for stall diagnosis: the switch's `port` stops
+    /// (`on`) or resumes returning credits to its peer, whose traffic
+    /// towards it then stops for want of credits while the link stays up
+    /// ([`crate::link::Link::set_credits_withheld`]). Never used outside
+    /// tests and `flitctl up --withhold-credits`.
+    WithholdCredits { port: PortNo, on: bool },
     /// Turn dynamic local rerouting (seed 002) on (`config` set) or off on
     /// a switch of a k-ary n-tree: the switch then misroutes around dead
     /// ports on its own. `level` (0 = leaves) and `label` (digits 1..n-1)
@@ -600,6 +672,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("bogus"));
+    }
+
+    #[test]
+    fn parallel_udp_cables_must_name_distinct_peer_ports() {
+        let b: SocketAddr = "127.0.0.2:7000".parse().unwrap();
+        let mut c = cfg();
+        c.ports = vec![PortPeer::udp(0, b), PortPeer::udp(1, b)];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("port 0 is one of 2 cables to 127.0.0.2:7000"),
+            "{e}"
+        );
+        c.ports = vec![
+            PortPeer::udp(0, b).with_peer_port(3),
+            PortPeer::udp(1, b).with_peer_port(3),
+        ];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("both cabled to port 3 of 127.0.0.2:7000"), "{e}");
+        c.ports[1].peer_port = Some(4);
+        c.validate().unwrap();
     }
 
     #[test]

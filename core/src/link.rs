@@ -454,6 +454,12 @@ pub struct Link {
     /// Link errors have kept the link down for `dead_after_ns` (reported
     /// with a second `PeerDown`); cleared when the link is up again.
     errors_persist: bool,
+    /// This end's port number, written into every header so that the
+    /// receiver tells parallel cables from one node apart (docs/wire.md).
+    port: u16,
+    /// Fault injection: this end returns no credits (see
+    /// [`Link::set_credits_withheld`]).
+    credits_withheld: bool,
 }
 
 fn ahead(a: u16, b: u16) -> i16 {
@@ -507,8 +513,34 @@ impl Link {
             peer_reset_gen: None,
             error_at: None,
             errors_persist: false,
+            port: 0,
+            credits_withheld: false,
             cfg,
         })
+    }
+
+    /// Fault injection, for testing stall diagnosis: while on, this end
+    /// sends no credit items (not even in sync records), so the peer's
+    /// credits run out and its traffic towards this end stops. Off again,
+    /// the next datagram carries every credit owed meanwhile (the counters
+    /// are cumulative), and the peer recovers.
+    pub fn set_credits_withheld(&mut self, on: bool) {
+        self.credits_withheld = on;
+    }
+
+    /// Whether this end withholds its credits ([`Link::set_credits_withheld`]).
+    pub fn credits_withheld(&self) -> bool {
+        self.credits_withheld
+    }
+
+    /// Sets the port number this end writes into every header (0 until set).
+    pub fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    /// The port number this end writes into every header.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn config(&self) -> &LinkConfig {
@@ -1219,7 +1251,7 @@ impl Link {
         let data_ok = self.data_ok() && !self.tx_queue.is_empty();
         let allowed = if data_ok { self.flits_allowed() } else { 0 };
         let sync = self.sync_due(now);
-        let owed = self.rx.iter().any(|r| r.freed != r.advertised);
+        let owed = !self.credits_withheld && self.rx.iter().any(|r| r.freed != r.advertised);
         if !owed {
             self.credit_dirty_since = None;
         }
@@ -1239,6 +1271,9 @@ impl Link {
         // the sync record last so its counters include this datagram's flits.
         let mut credit_items = 0;
         for (vc, r) in self.rx.iter_mut().enumerate() {
+            if self.credits_withheld {
+                break;
+            }
             if sync || (credits && r.freed != r.advertised) {
                 let owed = r.freed.wrapping_sub(r.advertised);
                 if (owed as i16) > 0 {
@@ -1316,6 +1351,7 @@ impl Link {
             epoch: self.epoch,
             peer_epoch: self.peer_epoch.unwrap_or(0),
             seq: self.tx_seq,
+            port: self.port,
         }
     }
 
@@ -1710,6 +1746,36 @@ mod tests {
         assert_eq!(a.credits_missing(), 0);
         a.set_admin_up(false);
         assert_eq!(a.credits_missing(), 0, "a down link owes nothing");
+    }
+
+    #[test]
+    fn withheld_credits_stop_the_peer_until_released() {
+        let (mut a, mut b) = connected(cfg());
+        let depth = cfg().buffer_depth;
+        b.set_credits_withheld(true);
+        assert!(b.credits_withheld());
+        let mut seq = 0;
+        while a.can_send(0) {
+            a.send(flit(0, seq)).unwrap();
+            seq += 1;
+        }
+        assert_eq!(seq, depth as u32);
+        // b takes and frees everything, across several keepalive periods,
+        // but returns nothing.
+        let mut t = 10;
+        for _ in 0..4 {
+            exchange(t, &mut a, &mut b, &mut pass);
+            for f in drain(&mut b) {
+                b.release(f.vc, 1).unwrap();
+            }
+            t += cfg().keepalive_interval_ns;
+        }
+        assert_eq!(a.credits(0), 0, "no credit came back");
+        assert!(a.is_peer_alive(), "the link itself stays up");
+        b.set_credits_withheld(false);
+        exchange(t, &mut a, &mut b, &mut pass);
+        exchange(t + cfg().keepalive_interval_ns, &mut a, &mut b, &mut pass);
+        assert_eq!(a.credits(0), depth, "every credit owed came back at once");
     }
 
     #[test]

@@ -637,8 +637,18 @@ mod tests {
     }
 
     fn all_to_all_at(topo: Topology, rounds: u32, seed: u64, rate: f64) -> Vec<Vec<Delivery>> {
-        let n = topo.num_hosts() as u32;
         let tables = shortest_path_lfts(&topo);
+        all_to_all_with(topo, &tables, rounds, seed, rate)
+    }
+
+    fn all_to_all_with(
+        topo: Topology,
+        tables: &RoutingTables,
+        rounds: u32,
+        seed: u64,
+        rate: f64,
+    ) -> Vec<Vec<Delivery>> {
+        let n = topo.num_hosts() as u32;
         let mut host = host_template(TrafficPattern::AllToAll { rounds }, 1, seed);
         host.source.load = OfferedLoad::FlitsPerSecond { rate };
         let cfg = SimConfig {
@@ -647,7 +657,7 @@ mod tests {
             wire_ns: 1_000,
         };
         let name = topo.name.clone();
-        let mut f = build_fabric(topo, &tables, &cfg).unwrap();
+        let mut f = build_fabric(topo, tables, &cfg).unwrap();
         f.start(0);
         assert!(
             f.run_to_quiescence(50_000, 200_000, 2_000_000_000),
@@ -699,6 +709,36 @@ mod tests {
             .iter()
             .map(|h| h.delivery_trace().to_vec())
             .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+        /// Random small PGFTs with parallel links (p up to 3) run all-to-all
+        /// under Dmodk (which spreads destinations over the parallel
+        /// links) lossless, exactly once and in order: each parallel cable
+        /// is a link of its own.
+        #[test]
+        fn random_pgfts_with_parallel_links_deliver_exactly_once(
+            m0 in 2u32..=3,
+            upper in proptest::collection::vec((2u32..=3, 1u32..=2, 1u32..=3), 1..=2),
+            seed in 0u64..1000,
+        ) {
+            use crate::topology::PgftParams;
+            // Hosts are single-homed (w_0 = p_0 = 1), as Dmodk needs.
+            let levels: Vec<(u32, u32, u32)> =
+                std::iter::once((m0, 1, 1)).chain(upper).collect();
+            let params = PgftParams {
+                m: levels.iter().map(|l| l.0).collect(),
+                w: levels.iter().map(|l| l.1).collect(),
+                p: levels.iter().map(|l| l.2).collect(),
+            };
+            let topo = crate::topology::generators::pgft(&params).unwrap();
+            let tables = crate::routing::registry::engine("dmodk")
+                .unwrap()
+                .route(&topo, &FaultSet::none())
+                .unwrap();
+            all_to_all_with(topo, &tables, 2, seed, 2e6);
+        }
     }
 
     /// Seed 004 in the data plane: all-to-all on `topo` with the link from

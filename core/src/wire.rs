@@ -1,7 +1,7 @@
 //! The datagram format spoken on every flitnet link (documented byte by byte
 //! in `docs/wire.md`).
 //!
-//! A datagram is a 15-byte header followed by `count` items. Items are data
+//! A datagram is a 17-byte header followed by `count` items. Items are data
 //! flits, cumulative credit counters, keepalives, link-sync records and
 //! length-prefixed extensions. Body and tail flits that continue the previous
 //! flit on the same VC within the datagram are written as *continuations*
@@ -16,12 +16,15 @@ use crate::flit::{
 };
 use bytes::Bytes;
 
-/// Magic (high nibble `0xF`) and version (low nibble `1`) in the first byte.
-pub const MAGIC_VERSION: u8 = 0xF1;
+/// Magic (high nibble `0xF`) and version (low nibble `2`) in the first byte.
+/// Version 2 added the sending port to the header.
+pub const MAGIC_VERSION: u8 = 0xF2;
 /// Bytes in the datagram header.
-pub const HEADER_LEN: usize = 15;
+pub const HEADER_LEN: usize = 17;
+/// Byte offset of the sending port (u16 LE) in the header.
+const PORT_OFFSET: usize = 11;
 /// Byte offset of the CRC32 in the header.
-const CRC_OFFSET: usize = 11;
+const CRC_OFFSET: usize = 13;
 /// Most VCs a link can have: the VC travels in the low nibble of an item tag
 /// (as InfiniBand's VL0–VL14, the last nibble value is kept out of use).
 pub const MAX_VCS: usize = 15;
@@ -108,6 +111,23 @@ pub struct Header {
     pub peer_epoch: u16,
     /// Link-level datagram sequence number.
     pub seq: u32,
+    /// The sender's port number: with the sender's address it names the
+    /// cable, so that parallel cables between two nodes stay apart.
+    pub port: u16,
+}
+
+/// The sending port of a datagram, read from its header without checking
+/// anything else (the transports demultiplex on it before the link layer
+/// checks the CRC); `None` if the datagram is shorter than a header or
+/// not of this version.
+pub fn peek_port(datagram: &[u8]) -> Option<u16> {
+    if datagram.len() < HEADER_LEN || datagram[0] != MAGIC_VERSION {
+        return None;
+    }
+    Some(u16::from_le_bytes([
+        datagram[PORT_OFFSET],
+        datagram[PORT_OFFSET + 1],
+    ]))
 }
 
 /// Per-VC count of flits the sender has put on the wire (wrapping), so the
@@ -273,7 +293,9 @@ impl<'a> FrameWriter<'a> {
         out.extend_from_slice(&header.epoch.to_le_bytes());
         out.extend_from_slice(&header.peer_epoch.to_le_bytes());
         out.extend_from_slice(&header.seq.to_le_bytes());
-        out.extend_from_slice(&[0; 6]); // count + CRC, filled by finish()
+        out.extend_from_slice(&[0; 2]); // count, filled by finish()
+        out.extend_from_slice(&header.port.to_le_bytes());
+        out.extend_from_slice(&[0; 4]); // CRC, filled by finish()
         FrameWriter {
             out,
             start,
@@ -688,7 +710,12 @@ fn decode_impl(data: &[u8], src: Option<&Bytes>, frame: &mut Frame) -> Result<()
     if data[0] != MAGIC_VERSION {
         return Err(WireError::BadVersion { found: data[0] });
     }
-    let stated = u32::from_le_bytes([data[11], data[12], data[13], data[14]]);
+    let stated = u32::from_le_bytes([
+        data[CRC_OFFSET],
+        data[CRC_OFFSET + 1],
+        data[CRC_OFFSET + 2],
+        data[CRC_OFFSET + 3],
+    ]);
     let computed = datagram_crc(data);
     if stated != computed {
         return Err(WireError::BadCrc { stated, computed });
@@ -697,6 +724,7 @@ fn decode_impl(data: &[u8], src: Option<&Bytes>, frame: &mut Frame) -> Result<()
         epoch: u16::from_le_bytes([data[1], data[2]]),
         peer_epoch: u16::from_le_bytes([data[3], data[4]]),
         seq: u32::from_le_bytes([data[5], data[6], data[7], data[8]]),
+        port: u16::from_le_bytes([data[PORT_OFFSET], data[PORT_OFFSET + 1]]),
     };
     let count = u16::from_le_bytes([data[9], data[10]]);
     let mut r = Reader {
@@ -799,6 +827,7 @@ mod tests {
                 epoch: 3,
                 peer_epoch: 4,
                 seq: 77,
+                port: 513,
             },
             items: vec![
                 Item::Flit(head_flit(1, b"abc")),
@@ -949,8 +978,9 @@ mod tests {
             Err(WireError::Truncated { what: "header", .. })
         ));
         let mut bad = out.clone();
-        bad[0] = 0xF2;
-        assert_eq!(decode(&bad), Err(WireError::BadVersion { found: 0xF2 }));
+        bad[0] = 0xF1;
+        assert_eq!(decode(&bad), Err(WireError::BadVersion { found: 0xF1 }));
+        assert_eq!(peek_port(&bad), None, "another version's port is not read");
         let mut bad = out.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
@@ -962,20 +992,20 @@ mod tests {
         buf.push(0xA0);
         buf[9] = 1;
         let crc = datagram_crc(&buf);
-        buf[11..15].copy_from_slice(&crc.to_le_bytes());
+        buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             decode(&buf),
             Err(WireError::UnknownItem {
                 index: 0,
-                offset: 15,
+                offset: HEADER_LEN,
                 code: 0xA
             })
         );
         // Continuation with no previous flit.
-        buf[15] = 0x50;
+        buf[HEADER_LEN] = 0x50;
         buf.extend_from_slice(&[0, 0]);
         let crc = datagram_crc(&buf);
-        buf[11..15].copy_from_slice(&crc.to_le_bytes());
+        buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             decode(&buf),
             Err(WireError::OrphanContinuation { vc: 0, .. })
@@ -995,7 +1025,7 @@ mod tests {
         assert_eq!(buf[nl], 0x30);
         buf[nl] = 0x40;
         let crc = datagram_crc(&buf);
-        buf[11..15].copy_from_slice(&crc.to_le_bytes());
+        buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             decode(&buf),
             Err(WireError::TooManyIntermediates { n: 4, .. })
@@ -1095,18 +1125,20 @@ mod tests {
     proptest! {
         #[test]
         fn encode_decode_identity(
-            header in (any::<u16>(), any::<u16>(), any::<u32>()),
+            header in (any::<u16>(), any::<u16>(), any::<u32>(), any::<u16>()),
             items in proptest::collection::vec(arb_item(), 0..12),
             links in proptest::collection::vec(any::<bool>(), 12),
             flags_extra in any::<u8>(),
         ) {
             let _ = (flags::NON_FINAL_TAIL, flags_extra);
             let frame = Frame {
-                header: Header { epoch: header.0, peer_epoch: header.1, seq: header.2 },
+                header: Header { epoch: header.0, peer_epoch: header.1, seq: header.2, port: header.3 },
                 items: chain(items, links),
             };
             let mut out = Vec::new();
             encode(&frame, &mut out);
+            // The transports read the sending port before anything is checked.
+            prop_assert_eq!(peek_port(&out), Some(header.3));
             prop_assert_eq!(&decode(&out).unwrap(), &frame);
             prop_assert_eq!(decode_bytes(Bytes::from(out)).unwrap(), frame);
         }
@@ -1154,11 +1186,16 @@ mod tests {
             }
             if buf.len() >= HEADER_LEN && rng.gen_bool(0.5) {
                 let crc = datagram_crc(&buf);
-                buf[11..15].copy_from_slice(&crc.to_le_bytes());
+                buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
             }
+            // The port peek never panics and agrees with a full decode.
+            let peeked = peek_port(&buf);
             let data = Bytes::copy_from_slice(&buf);
             match decode_bytes_into(&data, &mut frame) {
-                Ok(()) => ok += 1,
+                Ok(()) => {
+                    assert_eq!(peeked, Some(frame.header.port));
+                    ok += 1
+                }
                 Err(_) => parsed_items += frame.items.len(),
             }
         }

@@ -1041,9 +1041,21 @@ mod tests {
 
     #[test]
     fn every_peer_is_the_neighbour_across_the_cable() {
+        // Parallel cables (PGFT p = 2) must each name the peer's port, and
+        // RUFT hosts get their two ports.
+        let parallel =
+            flitnet_core::topology::generators::pgft(&flitnet_core::topology::PgftParams {
+                m: vec![4, 4],
+                w: vec![1, 2],
+                p: vec![1, 2],
+            })
+            .unwrap();
+        let ruft = flitnet_core::topology::generators::ruft(2, 2).unwrap();
         for topo in [
             kary_ntree(3, 2).unwrap(),
             mesh_or_torus(&[3, 3], false).unwrap(),
+            parallel,
+            ruft,
         ] {
             let bundle = generate(&topo, &opts()).unwrap();
             let by_node: HashMap<NodeRef, &NodeConfig> =
@@ -1074,6 +1086,16 @@ mod tests {
                         p.port,
                         by_node[&peer.node].service
                     );
+                    assert_eq!(
+                        p.peer_port,
+                        Some(peer.port),
+                        "{} port {}",
+                        c.service,
+                        p.port
+                    );
+                }
+                if let flitnet_core::control::Role::Host { ports, .. } = c.config.role {
+                    assert_eq!(ports, topo.radix(c.node), "{}", c.service);
                 }
                 assert_eq!(c.config.token, "0123456789abcdef");
                 c.config.validate().unwrap();

@@ -235,6 +235,51 @@ fn pick_subnet() -> Result<u8> {
     bail!("no free 127.B.0.0/16 loopback subnet found for the fabric")
 }
 
+/// Checks that every host has a shape `hostd` runs: one full-duplex port,
+/// or a send port 0 and a receive port 1 on one-way links (RUFT).
+pub fn check_host_ports(topo: &Topology) -> Result<()> {
+    use flitnet_core::control::{HOST_RECEIVE_PORT, HOST_SEND_PORT};
+    for h in &topo.hosts {
+        let node = NodeRef::Host(h.id);
+        let link = |port| {
+            topo.link_at(PortRef { node, port })
+                .map(|l| &topo.links[l as usize])
+        };
+        match h.ports.len() {
+            1 => {}
+            2 => {
+                let sends = link(HOST_SEND_PORT).is_some_and(|l| {
+                    !l.duplex
+                        && l.a
+                            == PortRef {
+                                node,
+                                port: HOST_SEND_PORT,
+                            }
+                });
+                let receives = link(HOST_RECEIVE_PORT).is_some_and(|l| {
+                    !l.duplex
+                        && l.b
+                            == PortRef {
+                                node,
+                                port: HOST_RECEIVE_PORT,
+                            }
+                });
+                if !sends || !receives {
+                    bail!(
+                        "host {}: a host with two ports sends on port {HOST_SEND_PORT} and receives on port {HOST_RECEIVE_PORT}, each over a one-way link",
+                        h.name
+                    );
+                }
+            }
+            n => bail!(
+                "host {}: {n} ports; a host has 1, or 2 on one-way links",
+                h.name
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Builds the configuration of every daemon of `topo`. With the Ethernet
 /// transport, port `p` of node `i` is interface `n<i>p<p>` of network
 /// namespace `netns` ([`crate::netns`]).
@@ -262,7 +307,9 @@ pub fn daemon_configs(
                 .filter_map(|p| {
                     let here = PortRef { node, port: p };
                     topo.peer(here).map(|peer| match params.transport {
-                        DataTransport::Udp => PortPeer::udp(p, addr(peer.node, DATA_PORT)),
+                        DataTransport::Udp => {
+                            PortPeer::udp(p, addr(peer.node, DATA_PORT)).with_peer_port(peer.port)
+                        }
                         DataTransport::Ethernet => PortPeer::ethernet(
                             p,
                             &interface_name(node_index(topo, node), p),
@@ -276,6 +323,7 @@ pub fn daemon_configs(
                 NodeRef::Host(id) => Role::Host {
                     id,
                     hosts: topo.num_hosts() as u32,
+                    ports: radix,
                 },
             };
             let cfg = DaemonConfig {
@@ -305,6 +353,7 @@ impl Fabric {
     /// Starts one process per switch and host and waits until each answers.
     pub fn launch(topo: Topology, opts: &LaunchOptions) -> Result<Fabric> {
         topo.validate().context("invalid topology")?;
+        check_host_ports(&topo)?;
         std::fs::create_dir_all(&opts.run_dir)
             .with_context(|| format!("creating {}", opts.run_dir.display()))?;
         let subnet = match opts.subnet {
@@ -799,6 +848,21 @@ impl Fabric {
                 count,
             })
             .with_context(|| format!("corrupting {}:{}", self.daemons[i].name, end.port))?;
+        Ok(())
+    }
+
+    /// Fault injection: switch port `end` stops (`on`) or resumes
+    /// returning credits to its peer.
+    pub fn withhold_credits(&self, end: PortRef, on: bool) -> Result<()> {
+        let i = self.daemon_of(end.node);
+        self.client(i)?
+            .call_ok(Request::WithholdCredits { port: end.port, on })
+            .with_context(|| {
+                format!(
+                    "withholding credits on {}:{}",
+                    self.daemons[i].name, end.port
+                )
+            })?;
         Ok(())
     }
 

@@ -22,5 +22,6 @@ pub mod route;
 pub mod run;
 pub mod scenario;
 pub mod session;
+pub mod stall;
 pub mod topo;
 pub mod up;

@@ -104,8 +104,37 @@ pub struct Drain {
     pub unreachable: BTreeSet<NodeRef>,
 }
 
-/// [`drain`], waiting also for what `what` asks.
+/// [`drain`], waiting also for what `what` asks (until `timeout`, even
+/// if nothing moves meanwhile).
 pub fn drain_until(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<HostReports> {
+    Ok(drain_for(fabric, timeout, what, false)?.reports)
+}
+
+/// What [`drain_watch`] saw.
+pub struct Drained {
+    /// The hosts' last reports.
+    pub reports: HostReports,
+    /// Set when the traffic stopped moving: a reachable host still had
+    /// messages to send and nothing was delivered for this long (at least
+    /// [`crate::stall::STALL_QUIET`]).
+    pub stalled_for: Option<Duration>,
+}
+
+/// [`drain_until`], telling a stall (a host still has messages to send,
+/// nothing delivered for [`crate::stall::STALL_QUIET`]) apart from a
+/// fabric that drained. Without a recovery protocol a stall ends the wait
+/// early; with one, senders may rightly be quiet for a whole hold window
+/// before they resend, so it is judged when `timeout` is up.
+pub fn drain_watch(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<Drained> {
+    drain_for(fabric, timeout, what, !what.until_released)
+}
+
+fn drain_for(
+    fabric: &Fabric,
+    timeout: Duration,
+    what: &Drain,
+    stop_on_stall: bool,
+) -> Result<Drained> {
     let deadline = Instant::now() + timeout;
     let mut last_delivered = u64::MAX;
     let mut stable_since = Instant::now();
@@ -135,8 +164,19 @@ pub fn drain_until(fabric: &Fabric, timeout: Duration, what: &Drain) -> Result<H
         let settled = drained
             && released
             && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
+        let quiet = stable_since.elapsed();
+        let stalled = (!drained && quiet >= crate::stall::STALL_QUIET).then_some(quiet);
+        if stalled.is_some() && stop_on_stall {
+            return Ok(Drained {
+                reports,
+                stalled_for: stalled,
+            });
+        }
         if settled || Instant::now() > deadline {
-            return Ok(reports);
+            return Ok(Drained {
+                reports,
+                stalled_for: stalled,
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -300,6 +340,10 @@ pub struct RunReport {
     /// Hosts the faults cut off from the largest part of the fabric.
     #[serde(default)]
     pub unreachable_hosts: Vec<String>,
+    /// Set when the traffic stopped moving before every message was
+    /// delivered: where the flits are and what they wait for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<crate::stall::StallDiagnosis>,
 }
 
 /// Hosts the faults cut off: those outside the largest connected part of
@@ -395,7 +439,8 @@ impl RunReport {
         t.retained = t.retained.saturating_sub(held);
         t.lost_unreachable = lost.min(t.messages_lost);
         t.messages_lost -= t.lost_unreachable;
-        self.lossless = t.messages_lost == 0
+        self.lossless = self.stall.is_none()
+            && t.messages_lost == 0
             && t.duplicates == 0
             && t.out_of_order == 0
             && t.corrupted == 0
@@ -469,6 +514,7 @@ impl RunReport {
             credit_violations,
             lossless,
             unreachable_hosts: Vec::new(),
+            stall: None,
         }
     }
 }
@@ -550,10 +596,18 @@ impl fmt::Display for RunReport {
                 opt(fault.routes_installed_ms)
             )?;
         }
+        if let Some(stall) = &self.stall {
+            write!(f, "{stall}")?;
+        }
         writeln!(
             f,
             "  verdict     {}",
-            if self.lossless {
+            if let Some(stall) = &self.stall {
+                format!(
+                    "STALLED with {} messages pending (see above)",
+                    stall.messages_pending
+                )
+            } else if self.lossless {
                 "every message sent was delivered exactly once, in order".to_string()
             } else {
                 format!(

@@ -277,6 +277,12 @@ pub struct UpArgs {
     /// (--dead-after).
     #[arg(long)]
     pub notify_neighbours: bool,
+    /// Fault injection for stall diagnosis: at `--kill-at`, this switch
+    /// port (`NODE:PORT`) stops returning credits to its peer, so the
+    /// traffic through it stops and the run must end with a stall
+    /// diagnosis and a non-zero exit. A testing tool, not a fault model.
+    #[arg(long, value_name = "NODE:PORT")]
+    pub withhold_credits: Option<String>,
     /// When to kill, after traffic starts.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub kill_at: Duration,
@@ -439,11 +445,13 @@ impl Mechanism {
             Mechanism::Ft2eiDynDrop => false,
             _ => return Ok(None),
         };
-        let Family::KaryNTree { k, n } = topo.family else {
-            bail!(
-                "--mechanism ft2ei-dyn needs a k-ary n-tree, `{}` is not one",
+        let (k, n, ruft) = match topo.family {
+            Family::KaryNTree { k, n } => (k, n, false),
+            Family::Ruft { k, n } => (k, n, true),
+            _ => bail!(
+                "--mechanism ft2ei-dyn needs a k-ary n-tree or a RUFT, `{}` is neither",
                 topo.name
-            );
+            ),
         };
         if args.engine != "ft2ei" || args.tables.is_some() {
             bail!(
@@ -463,6 +471,7 @@ impl Mechanism {
             n,
             n_ei: 2,
             emergency,
+            ruft,
         }))
     }
 }
@@ -745,6 +754,44 @@ pub fn parse_link(topo: &Topology, spec: &str) -> Result<LinkId> {
         .with_context(|| format!("link `{spec}`: port {port} of {name} is not cabled"))
 }
 
+/// A cabled switch port named `NODE:PORT`.
+fn parse_switch_port(topo: &Topology, spec: &str) -> Result<PortRef> {
+    let link = parse_link(topo, spec)?;
+    let l = &topo.links[link as usize];
+    let end = [l.a, l.b]
+        .into_iter()
+        .find(|e| spec.rsplit_once(':').map(|(n, _)| n) == Some(topo.node_name(e.node)))
+        .expect("parse_link found the link by this end");
+    if !matches!(end.node, NodeRef::Switch(_)) {
+        bail!("`{spec}`: credits are withheld on switch ports only");
+    }
+    Ok(end)
+}
+
+/// Why a run that did not deliver everything it generated failed, or
+/// `None` when it delivered everything or a fault, a drop or the faults'
+/// unreachable hosts account for the difference.
+pub fn shortfall(run: &RunReport) -> Option<String> {
+    let t = &run.totals;
+    if let Some(stall) = &run.stall {
+        return Some(format!(
+            "the traffic stalled with {} messages pending (diagnosis in the report)",
+            stall.messages_pending
+        ));
+    }
+    let explained = !run.faults.is_empty()
+        || !run.drops.is_empty()
+        || run.credit_violations > 0
+        || !run.unreachable_hosts.is_empty();
+    if t.messages_lost > 0 && !explained {
+        return Some(format!(
+            "{} of {} messages sent were not delivered, and no fault, drop or stall explains it",
+            t.messages_lost, t.messages_sent
+        ));
+    }
+    None
+}
+
 /// Picks the engine for `auto`.
 pub fn auto_engine(topo: &Topology) -> &'static str {
     use flitnet_core::topology::Family;
@@ -752,6 +799,7 @@ pub fn auto_engine(topo: &Topology) -> &'static str {
         Family::KaryNTree { .. } | Family::Pgft(_) => "dmodk",
         Family::Mesh { .. } | Family::Torus { .. } => "dor",
         Family::Hypercube { .. } => "ecube",
+        Family::Ruft { .. } => "ft2ei",
         _ => "updown",
     }
 }
@@ -823,6 +871,9 @@ pub fn run(args: UpArgs) -> Result<()> {
             );
         }
     }
+    if let Some(why) = shortfall(&run) {
+        bail!("{why}");
+    }
     Ok(())
 }
 
@@ -874,6 +925,11 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .iter()
         .map(|s| parse_link(&topo, s))
         .collect::<Result<Vec<_>>>()?;
+    let withhold = args
+        .withhold_credits
+        .as_deref()
+        .map(|spec| parse_switch_port(&topo, spec))
+        .transpose()?;
     let kill_switches = args
         .kill_switch
         .iter()
@@ -1089,6 +1145,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             events.record_at(started_ns, ControllerEvent::repair("switch-restart", name));
         }
     }
+    if let Some(end) = withhold {
+        serve_with_progress(&mut ctl, &mut progress, traffic_start + args.kill_at);
+        ctl.fabric.withhold_credits(end, true)?;
+        let name = format!("{}:{}", topo.node_name(end.node), end.port);
+        events.record(ControllerEvent::fault("withhold-credits", name));
+    }
     // Let the traffic phase finish, then give in-flight messages time to land.
     serve_with_progress(
         &mut ctl,
@@ -1122,8 +1184,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     } else {
         Duration::from_secs(5)
     };
-    let reports = report::drain_until(&fabric, timeout, &drain)?;
+    let drained = report::drain_watch(&fabric, timeout, &drain)?;
+    let reports = drained.reports;
     let switch_reports = fabric.switch_reports()?;
+    let stall = drained
+        .stalled_for
+        .map(|quiet| crate::stall::diagnose(&topo, &reports, &switch_reports, quiet));
     report::save_reports(&run_dir, &topo, &reports, &switch_reports)?;
     let reroutes: u64 = switch_reports
         .iter()
@@ -1140,6 +1206,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         fault_log,
         bring_up,
     );
+    run.stall = stall;
     run.account_unreachable(&topo, &reports, &drain.unreachable);
     fabric.shutdown()?;
     Ok(UpOutcome {

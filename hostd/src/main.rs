@@ -6,8 +6,8 @@ use anyhow::Result;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
-    DaemonConfig, HostDaemonReport, HostLinkReport, NodeKind, Reply, Request, Response, Role,
-    TrafficSpec,
+    DaemonConfig, HostDaemonReport, HostLinkReport, LinkState, NodeKind, Reply, Request, Response,
+    Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::intermediate::IntermediateRoutes;
@@ -106,8 +106,8 @@ impl HostNode {
 }
 
 impl Node for HostNode {
-    fn handle_datagram(&mut self, now: u64, _port: PortNo, data: &[u8]) {
-        self.endpoint.handle_datagram(now, data);
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
+        self.endpoint.handle_datagram_on(now, port, data);
     }
 
     fn handle_timeout(&mut self, now: u64) {
@@ -118,7 +118,7 @@ impl Node for HostNode {
     }
 
     fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<PortNo> {
-        self.endpoint.poll_transmit(now, buf).then_some(0)
+        self.endpoint.poll_transmit_port(now, buf)
     }
 
     fn poll_timeout(&self) -> Option<u64> {
@@ -160,26 +160,38 @@ impl Node for HostNode {
                 in_flight_flits: self.endpoint.in_flight_flits(),
             }),
             Request::Report => {
-                let link = self.endpoint.link().stats();
+                // A host on one-way links has a receive link too: its
+                // errors and overflows count with the sending link's.
+                let links: Vec<(PortNo, &flitnet_core::link::Link)> =
+                    std::iter::once((self.endpoint.link().port(), self.endpoint.link()))
+                        .chain(self.endpoint.receive_link())
+                        .collect();
+                let sum = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
+                    links.iter().map(|(_, l)| f(l.stats())).sum()
+                };
+                let max = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
+                    links.iter().map(|(_, l)| f(l.stats())).max().unwrap_or(0)
+                };
                 Response::reply(Reply::HostReport(Box::new(HostDaemonReport {
                     name: self.name.clone(),
                     endpoint: self.endpoint.report(),
                     drained: self.endpoint.is_drained(),
-                    credit_violations: link.rx_overflow,
+                    credit_violations: sum(|s| s.rx_overflow),
                     // Credits of a live link not back from the switch (in a
                     // drained fabric: a leak).
                     credits_missing: self.endpoint.link().credits_missing(),
                     link: HostLinkReport {
-                        crc_errors: link.crc_errors,
-                        bad_datagrams: link.bad_datagrams,
-                        seq_gaps: link.seq_gaps,
-                        lost_flits: link.rx_lost_flits,
-                        link_errors: link.link_errors,
-                        peer_link_resets: link.peer_link_resets,
-                        retrains: link.retrains,
-                        last_recovery_ns: link.last_recovery_ns,
-                        max_recovery_ns: link.max_recovery_ns,
+                        crc_errors: sum(|s| s.crc_errors),
+                        bad_datagrams: sum(|s| s.bad_datagrams),
+                        seq_gaps: sum(|s| s.seq_gaps),
+                        lost_flits: sum(|s| s.rx_lost_flits),
+                        link_errors: sum(|s| s.link_errors),
+                        peer_link_resets: sum(|s| s.peer_link_resets),
+                        retrains: sum(|s| s.retrains),
+                        last_recovery_ns: max(|s| s.last_recovery_ns),
+                        max_recovery_ns: max(|s| s.max_recovery_ns),
                     },
+                    links: links.iter().map(|(p, l)| LinkState::of(*p, l)).collect(),
                     event_loop: Default::default(),
                 })))
             }
@@ -187,13 +199,26 @@ impl Node for HostNode {
                 self.endpoint.link_mut().set_admin_up(up);
                 Response::ok()
             }
+            Request::SetPort { port, up }
+                if self.endpoint.receive_link().is_some_and(|(p, _)| p == port) =>
+            {
+                self.endpoint.link_of_mut(port).set_admin_up(up);
+                Response::ok()
+            }
             Request::SetPort { port, .. } => {
-                Response::error(format!("{}: a host has only port 0, not {port}", self.name))
+                Response::error(format!("{}: this host has no port {port}", self.name))
             }
             Request::SetAllPorts { up } => {
                 self.endpoint.link_mut().set_admin_up(up);
+                if let Some((port, _)) = self.endpoint.receive_link() {
+                    self.endpoint.link_of_mut(port).set_admin_up(up);
+                }
                 Response::ok()
             }
+            Request::WithholdCredits { .. } => Response::error(format!(
+                "{}: credits are withheld on switch ports only",
+                self.name
+            )),
             Request::Corrupt { .. } => Response::error(format!(
                 "{}: corruption is injected on switch ports only",
                 self.name
@@ -374,7 +399,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let d = daemon::start(&args.config)?;
     describe_metrics();
-    let Role::Host { id, hosts } = d.config.role else {
+    let Role::Host { id, hosts, ports } = d.config.role else {
         anyhow::bail!(
             "{}: this configuration is for a switch; start switchd with it",
             args.config.display()
@@ -390,7 +415,11 @@ fn main() -> Result<()> {
         seed: d.config.seed,
         record_trace: false,
     };
-    let endpoint = HostEndpoint::new(host_cfg)?;
+    let mut endpoint = HostEndpoint::new(host_cfg)?;
+    if ports == 2 {
+        // One-way links (RUFT): send on port 0, receive on port 1.
+        endpoint.add_receive_port(flitnet_core::control::HOST_RECEIVE_PORT)?;
+    }
     let mut node = HostNode {
         name: d.config.name.clone(),
         events: flitnet_runtime::events::EventSender::new(

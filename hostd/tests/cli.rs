@@ -34,7 +34,14 @@ fn an_unknown_key_is_named() {
 
 #[test]
 fn a_host_id_beyond_the_host_count_is_named() {
-    let cfg = config(Role::Host { id: 9, hosts: 4 }, vec![]);
+    let cfg = config(
+        Role::Host {
+            id: 9,
+            hosts: 4,
+            ports: 1,
+        },
+        vec![],
+    );
     let stderr = DAEMON.refused(&DAEMON.write_config("id.json", &cfg));
     assert!(
         stderr.contains("host id 9 is not below the host count 4"),

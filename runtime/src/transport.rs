@@ -1,5 +1,7 @@
 //! UDP transport: one socket per daemon, the port a datagram came in on is
-//! found from the sender's address.
+//! found from the sender's address and, when several cables join the same
+//! two daemons, from the sending port in the datagram's header
+//! (docs/wire.md, "Port identity").
 //!
 //! Datagrams move in batches: `recvmmsg(2)` fills up to [`RECV_SLOTS`]
 //! preallocated slots per system call and `sendmmsg(2)` sends every
@@ -121,9 +123,14 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
+/// The cables to one peer address: (the peer's port, our port). With one
+/// cable the datagram is delivered without reading its header; with
+/// parallel cables the sending port in the header picks the cable.
+type CablesTo = Vec<(Option<PortNo>, PortNo)>;
+
 pub struct UdpTransport {
     socket: UdpSocket,
-    port_of: HashMap<SocketAddr, PortNo>,
+    port_of: HashMap<SocketAddr, CablesTo>,
     /// Peer address of every port, indexed by port number.
     addr_of: Vec<Option<RawAddr>>,
     /// `RECV_SLOTS` receive slots of `slot_len` bytes, back to back.
@@ -191,10 +198,18 @@ impl UdpTransport {
         let i = peer.port as usize;
         if let Some(Some(old)) = self.addr_of.get(i) {
             if let Some(old) = socket_addr(&old.storage) {
-                self.port_of.remove(&old);
+                if let Some(cables) = self.port_of.get_mut(&old) {
+                    cables.retain(|&(_, local)| local != peer.port);
+                    if cables.is_empty() {
+                        self.port_of.remove(&old);
+                    }
+                }
             }
         }
-        self.port_of.insert(addr, peer.port);
+        self.port_of
+            .entry(addr)
+            .or_default()
+            .push((peer.peer_port, peer.port));
         if self.addr_of.len() <= i {
             self.addr_of.resize_with(i + 1, || None);
         }
@@ -278,10 +293,11 @@ impl UdpTransport {
                     continue;
                 }
                 let from = socket_addr(&self.recv_names[i]);
-                match from.and_then(|a| self.port_of.get(&a)) {
-                    Some(&port) => {
-                        let start = i * self.slot_len;
-                        deliver(port, &self.recv_buf[start..start + len]);
+                let start = i * self.slot_len;
+                let data = &self.recv_buf[start..start + len];
+                match from.and_then(|a| cable_of(self.port_of.get(&a)?, data)) {
+                    Some(port) => {
+                        deliver(port, data);
                         delivered += 1;
                     }
                     None => {
@@ -377,6 +393,20 @@ impl UdpTransport {
     }
 }
 
+/// Our port for a datagram from a peer address with these cables: the only
+/// one, or the one whose peer port the header names.
+fn cable_of(cables: &CablesTo, datagram: &[u8]) -> Option<PortNo> {
+    match cables.as_slice() {
+        [(_, local)] => Some(*local),
+        many => {
+            let from = flitnet_core::wire::peek_port(datagram)?;
+            many.iter()
+                .find(|(peer_port, _)| *peer_port == Some(from))
+                .map(|&(_, local)| local)
+        }
+    }
+}
+
 /// What one `sendmmsg(2)` call did to the head of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SendOutcome {
@@ -447,6 +477,52 @@ mod tests {
         // Sending on an uncabled port is refused and counted, not a panic.
         assert!(a.send(9, b"x"));
         assert_eq!(a.counters.send_errors, 1);
+    }
+
+    /// A datagram as a link end on `port` writes it (no items).
+    fn datagram_from_port(port: PortNo) -> Vec<u8> {
+        let mut buf = Vec::new();
+        let header = flitnet_core::wire::Header {
+            port,
+            ..Default::default()
+        };
+        flitnet_core::wire::FrameWriter::new(&mut buf, header).finish();
+        buf
+    }
+
+    #[test]
+    fn parallel_cables_to_one_peer_are_told_apart_by_the_sending_port() {
+        // a's ports 1 and 2 are both cabled to b, on b's ports 6 and 7.
+        let mut b = UdpTransport::bind("127.0.0.1:0".parse().unwrap(), &[]).unwrap();
+        let b_addr = b.local_addr().unwrap();
+        let mut a = UdpTransport::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &[
+                PortPeer::udp(1, b_addr).with_peer_port(6),
+                PortPeer::udp(2, b_addr).with_peer_port(7),
+            ],
+        )
+        .unwrap();
+        let a_addr = a.local_addr().unwrap();
+        b.add_peer(&PortPeer::udp(6, a_addr).with_peer_port(1));
+        b.add_peer(&PortPeer::udp(7, a_addr).with_peer_port(2));
+        let (on1, on2) = (datagram_from_port(1), datagram_from_port(2));
+        assert_eq!(a.send_batch(&[2, 1, 2], &[&on2, &on1, &on2]), 3);
+        // A header naming a port that has no cable to b is dropped.
+        assert!(a.send(1, &datagram_from_port(5)));
+        assert!(a.send(1, b"not a flitnet datagram"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut got = Vec::new();
+        b.recv_batch(16, |port, d| got.push((port, d.to_vec())));
+        assert_eq!(got, vec![(7, on2.clone()), (6, on1), (7, on2)]);
+        assert_eq!(b.counters.unknown_peer, 2);
+        // Re-cabling b's port 7 elsewhere leaves port 6 as a's only cable.
+        b.add_peer(&PortPeer::udp(7, "127.0.0.1:9".parse().unwrap()));
+        assert!(a.send(2, &datagram_from_port(2)));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut ports = Vec::new();
+        b.recv_batch(16, |port, _| ports.push(port));
+        assert_eq!(ports, vec![6]);
     }
 
     #[test]

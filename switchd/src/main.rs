@@ -5,7 +5,8 @@
 use anyhow::Result;
 use clap::Parser;
 use flitnet_core::control::{
-    DaemonConfig, EventKind, NodeKind, Reply, Request, Response, Role, SwitchReport, SwitchingMode,
+    DaemonConfig, EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
+    SwitchingMode,
 };
 use flitnet_core::link::LinkConfig;
 use flitnet_core::recovery::dlr::DlrSwitch;
@@ -243,6 +244,12 @@ impl Node for SwitchNode {
                         .collect(),
                     corrupted_datagrams_sent: self.corrupted.clone(),
                     sbrp: self.switch.sbrp_counters().clone(),
+                    // Per cabled port, what a stall diagnosis needs.
+                    links: self
+                        .cabled
+                        .iter()
+                        .filter_map(|&p| self.switch.link(p).ok().map(|l| LinkState::of(p, l)))
+                        .collect(),
                     event_loop: Default::default(),
                 })))
             }
@@ -254,6 +261,18 @@ impl Node for SwitchNode {
                 }
                 tracing::info!(up, "every port set by the controller");
                 Response::ok()
+            }
+            Request::WithholdCredits { port, on } if self.cabled.contains(&port) => {
+                match self.switch.set_credits_withheld(port, on) {
+                    Ok(()) => {
+                        tracing::warn!(port, on, "fault injection: credits withheld");
+                        Response::ok()
+                    }
+                    Err(e) => Response::error(format!("{}: {e}", self.name)),
+                }
+            }
+            Request::WithholdCredits { port, .. } => {
+                Response::error(format!("{}: port {port} is not cabled", self.name))
             }
             Request::Corrupt { port, count } => match self.corrupt_left.get_mut(port as usize) {
                 Some(left) if self.cabled.contains(&port) => {

@@ -44,7 +44,14 @@ fn a_port_beyond_the_radix_is_named() {
 
 #[test]
 fn a_host_configuration_is_refused() {
-    let cfg = config(Role::Host { id: 0, hosts: 4 }, vec![]);
+    let cfg = config(
+        Role::Host {
+            id: 0,
+            hosts: 4,
+            ports: 1,
+        },
+        vec![],
+    );
     let stderr = DAEMON.refused(&DAEMON.write_config("host.json", &cfg));
     assert!(stderr.contains("start hostd"), "{stderr}");
 }

@@ -4,7 +4,9 @@
 
 use crate::host::endpoint::HostReport;
 use crate::host::intermediate::RouteTableSummary;
+use crate::link::Link;
 use crate::switch::{SbrpSwitchCounters, SwitchCounters};
+use crate::topology::PortNo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -80,6 +82,34 @@ pub struct LoopReport {
     pub transport: TransportCounters,
 }
 
+/// One port's link now, for a stall diagnosis (which ports wait for
+/// credits, which hold flits, which withhold credits).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkState {
+    pub port: PortNo,
+    /// Credits left, per VC.
+    pub credits: Vec<u16>,
+    /// Flits accepted by the link and not yet transmitted.
+    pub queued_flits: u64,
+    /// Admin up and the peer alive.
+    pub up: bool,
+    /// Fault injection: this end returns no credits.
+    #[serde(default)]
+    pub credits_withheld: bool,
+}
+
+impl LinkState {
+    pub fn of(port: PortNo, link: &Link) -> Self {
+        LinkState {
+            port,
+            credits: (0..link.config().vcs).map(|vc| link.credits(vc)).collect(),
+            queued_flits: link.queued() as u64,
+            up: link.is_up(),
+            credits_withheld: link.credits_withheld(),
+        }
+    }
+}
+
 /// Everything a switch daemon reports.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SwitchReport {
@@ -103,6 +133,9 @@ pub struct SwitchReport {
     /// SBRP's switch half: RRQs sent as node C, NFTs made as A.
     #[serde(default)]
     pub sbrp: SbrpSwitchCounters,
+    /// Every cabled port's link.
+    #[serde(default)]
+    pub links: Vec<LinkState>,
     #[serde(default)]
     pub event_loop: LoopReport,
 }
@@ -140,6 +173,9 @@ pub struct HostDaemonReport {
     pub credits_missing: u64,
     #[serde(default)]
     pub link: HostLinkReport,
+    /// The host's links: its port, and its receive port on one-way links.
+    #[serde(default)]
+    pub links: Vec<LinkState>,
     #[serde(default)]
     pub event_loop: LoopReport,
 }

@@ -26,7 +26,7 @@ use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
 use super::source::{Source, SourceConfig, SourceError, SourceStats};
 use crate::flit::Flit;
 use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
-use crate::topology::HostId;
+use crate::topology::{HostId, PortNo};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -229,7 +229,13 @@ pub struct HostEndpoint {
     cfg: HostConfig,
     source: Source,
     sink: Sink,
+    /// The port the host sends on (port 0), and receives on too unless it
+    /// has a receive link.
     link: Link,
+    /// A host on one-way links (RUFT) receives on a second port: flits
+    /// arrive here and its credits go back from here; `link` then only
+    /// carries this host's flits out (and the switch's credits in).
+    rx_link: Option<(PortNo, Link)>,
     /// Per VC, the packet being injected on it.
     lanes: Vec<Option<OutPacket>>,
     /// Round-robin cursor over lanes.
@@ -283,6 +289,7 @@ impl HostEndpoint {
             source,
             sink,
             link,
+            rx_link: None,
             lanes: vec![None; lanes],
             next_lane: 0,
             events: VecDeque::new(),
@@ -374,6 +381,33 @@ impl HostEndpoint {
     /// The link layer, for an owner that brings the port down or up.
     pub fn link_mut(&mut self) -> &mut Link {
         &mut self.link
+    }
+
+    /// Makes `port` this host's receive port (one-way links, RUFT): flits
+    /// arrive on it and its credits return from it, over the back channel
+    /// of the same cable (docs/topology.md, "One-way links"); the host
+    /// keeps sending on its first link (port 0).
+    pub fn add_receive_port(&mut self, port: PortNo) -> Result<(), ConfigError> {
+        let host = self.cfg.host;
+        let mut link = Link::with_epoch(self.cfg.link.clone(), self.cfg.epoch)
+            .map_err(|source| ConfigError::Link { host, source })?;
+        link.set_port(port);
+        self.rx_link = Some((port, link));
+        Ok(())
+    }
+
+    /// The receive port and its link, on a host with one.
+    pub fn receive_link(&self) -> Option<(PortNo, &Link)> {
+        self.rx_link.as_ref().map(|(p, l)| (*p, l))
+    }
+
+    /// The link of `port`: the receive link, or the main link for any
+    /// other port number.
+    pub fn link_of_mut(&mut self, port: PortNo) -> &mut Link {
+        match &mut self.rx_link {
+            Some((p, l)) if *p == port => l,
+            _ => &mut self.link,
+        }
     }
 
     pub fn source(&self) -> &Source {
@@ -480,24 +514,51 @@ impl HostEndpoint {
         self.pump(now);
     }
 
+    /// A datagram that arrived on `port` (copied once): the receive port's
+    /// link if it is that port, the main link otherwise.
+    pub fn handle_datagram_on(&mut self, now: u64, port: PortNo, data: &[u8]) {
+        self.tick(now);
+        let _ = self
+            .link_of_mut(port)
+            .handle_datagram(now, Bytes::copy_from_slice(data));
+        self.pump(now);
+    }
+
     pub fn handle_timeout(&mut self, now: u64) {
         self.tick(now);
         self.link.handle_timeout(now);
+        if let Some((_, l)) = &mut self.rx_link {
+            l.handle_timeout(now);
+        }
         self.source.handle_timeout(now);
         self.pump(now);
     }
 
     /// Writes the next datagram for the switch into `out`; false when none
-    /// is due. Call until it returns false.
+    /// is due. Call until it returns false. (A host with a receive port
+    /// uses [`HostEndpoint::poll_transmit_port`].)
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
         self.tick(now);
         self.pump(now);
         self.link.poll_transmit(now, out)
     }
 
+    /// Writes the next datagram into `out` and returns the port it leaves
+    /// by; `None` when none is due. Call until it returns `None`.
+    pub fn poll_transmit_port(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
+        self.tick(now);
+        self.pump(now);
+        if self.link.poll_transmit(now, out) {
+            return Some(self.link.port());
+        }
+        let (port, l) = self.rx_link.as_mut()?;
+        l.poll_transmit(now, out).then_some(*port)
+    }
+
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&self) -> Option<u64> {
         [
+            self.rx_link.as_ref().and_then(|(_, l)| l.poll_timeout()),
             self.link.poll_timeout(),
             self.source.poll_timeout(),
             // A resend already due waits for credits or a lane, which
@@ -522,7 +583,16 @@ impl HostEndpoint {
     /// Moves received flits to the sink and queued packets onto the link.
     fn pump(&mut self, now: u64) {
         let on = self.sbrp_cfg.protocol.is_on();
-        while let Some(flit) = self.link.poll_received() {
+        loop {
+            // Flits arrive on the receive link when there is one; the
+            // main link is polled too (it carries nothing but credits then).
+            let (flit, from_rx) = match self.rx_link.as_mut().and_then(|(_, l)| l.poll_received()) {
+                Some(f) => (f, true),
+                None => match self.link.poll_received() {
+                    Some(f) => (f, false),
+                    None => break,
+                },
+            };
             if on && sbrp::is_rrq(&flit) {
                 self.on_rrq(now, &flit);
             } else {
@@ -537,7 +607,11 @@ impl HostEndpoint {
                 }
             }
             // The flit was consumed: its slot is free again.
-            let _ = self.link.release(flit.vc, 1);
+            let link = match (&mut self.rx_link, from_rx) {
+                (Some((_, l)), true) => l,
+                _ => &mut self.link,
+            };
+            let _ = link.release(flit.vc, 1);
         }
         if on {
             let packetiser = Packetiser {
@@ -572,6 +646,11 @@ impl HostEndpoint {
         }
         while let Some(e) = self.link.poll_event() {
             self.events.push_back(HostEvent::Link(e));
+        }
+        if let Some((_, l)) = &mut self.rx_link {
+            while let Some(e) = l.poll_event() {
+                self.events.push_back(HostEvent::Link(e));
+            }
         }
         self.inject(now);
         // Bound the event queue like the sink does.

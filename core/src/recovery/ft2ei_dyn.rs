@@ -45,6 +45,12 @@ pub struct Ft2eiDynConfig {
     /// 1, recovery left to a higher level).
     #[serde(default = "yes")]
     pub emergency: bool,
+    /// The fabric is a k-ary n-RUFT (seed 000 §2.2), not a k-ary n-tree:
+    /// one path per pair and one-way links, so a dead output only has its
+    /// destinations excluded where it starts (no control packets, no
+    /// emergency paths; docs/topology.md, "One-way links").
+    #[serde(default)]
+    pub ruft: bool,
 }
 
 fn yes() -> bool {
@@ -69,7 +75,8 @@ impl Ft2eiDynConfig {
             });
         }
         let mut s = Ft2eiDynSwitch::new(t, id, self.n_ei)?;
-        s.emergency = self.emergency;
+        s.emergency = self.emergency && !self.ruft;
+        s.ruft = self.ruft;
         Ok(s)
     }
 }
@@ -177,6 +184,8 @@ pub struct Ft2eiDynSwitch {
     updates: u64,
     /// Emergency paths on (see [`Ft2eiDynConfig::emergency`]).
     emergency: bool,
+    /// A RUFT switch (see [`Ft2eiDynConfig::ruft`]).
+    ruft: bool,
 }
 
 impl Ft2eiDynSwitch {
@@ -194,6 +203,7 @@ impl Ft2eiDynSwitch {
             dead: vec![false; 2 * tree.k as usize],
             updates: 0,
             emergency: true,
+            ruft: false,
         })
     }
 
@@ -210,6 +220,10 @@ impl Ft2eiDynSwitch {
     /// Exclusion intervals of up port `port` (k..2k−1).
     pub fn exclusions(&self, port: PortNo) -> &[CyclicInterval] {
         &self.excl[port as usize - self.tree.k as usize]
+    }
+    /// A RUFT switch: outputs `k + d_s`, no control packets.
+    pub fn is_ruft(&self) -> bool {
+        self.ruft
     }
     pub fn is_dead(&self, port: PortNo) -> bool {
         self.dead.get(port as usize).copied().unwrap_or(true)
@@ -238,6 +252,9 @@ impl Ft2eiDynSwitch {
     pub fn on_local_fault(&mut self, port: PortNo) -> Result<Vec<Send>, DynError> {
         let k = self.k();
         let p = port as u32;
+        if self.ruft {
+            return self.on_local_fault_ruft(port);
+        }
         if p >= 2 * k || (p >= k && self.is_top()) {
             return Err(DynError::NoSuchPort {
                 switch: self.id,
@@ -275,6 +292,29 @@ impl Ft2eiDynSwitch {
             .into_iter()
             .map(|port| Send { port, ctrl: c })
             .collect())
+    }
+
+    /// A RUFT switch's dead port: an input needs nothing (no packet can
+    /// arrive there); a dead output excludes all its destinations (those
+    /// whose digit at this stage is the output's), which have no other
+    /// path. Nothing can be told upstream: every link points away from
+    /// the sources.
+    fn on_local_fault_ruft(&mut self, port: PortNo) -> Result<Vec<Send>, DynError> {
+        let k = self.k();
+        if port as u32 >= 2 * k {
+            return Err(DynError::NoSuchPort {
+                switch: self.id,
+                port,
+                radix: 2 * k,
+            });
+        }
+        if !self.dead[port as usize] {
+            self.dead[port as usize] = true;
+            if port as u32 >= k {
+                self.updates += 1;
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// `on_ctrl(Y, c, in_port)` (§4.5).
@@ -423,6 +463,14 @@ impl Ft2eiDynSwitch {
     pub fn route(&self, d: HostId, in_port: PortNo, deflected: bool) -> DynRoute {
         let t = self.tree;
         let k = t.k;
+        if self.ruft {
+            let p = (k + t.digit(d, self.stage())) as PortNo;
+            return if self.dead[p as usize] {
+                DynRoute::None
+            } else {
+                DynRoute::Ports(vec![p])
+            };
+        }
         if t.is_below(self.id, d) {
             let p = t.digit(d, self.stage()) as PortNo;
             if !self.dead[p as usize] {
@@ -703,11 +751,60 @@ mod tests {
             n: 3,
             n_ei: 2,
             emergency: false,
+            ruft: false,
         };
         let mut x = cfg.switch(6).unwrap();
         x.on_local_fault(1).unwrap();
         assert_eq!(x.route(7, 2, false), DynRoute::None);
         assert!(matches!(cfg.switch(12), Err(DynError::NotInTree { .. })));
+    }
+
+    /// On a 4-ary 2-RUFT a switch routes by the destination's digit at its
+    /// stage; a dead output excludes exactly its destinations there, with
+    /// no control packet and no deflection, and a dead input changes
+    /// nothing.
+    #[test]
+    fn ruft_switches_exclude_a_dead_output_and_send_nothing() {
+        let cfg = Ft2eiDynConfig {
+            k: 4,
+            n: 2,
+            n_ei: 2,
+            emergency: true,
+            ruft: true,
+        };
+        // Stage 0 switch 1: output d_0; stage 1 switch 5: output d_1.
+        let mut s0 = cfg.switch(1).unwrap();
+        let s1 = cfg.switch(5).unwrap();
+        for d in 0..16 {
+            assert_eq!(
+                s0.route(d, 0, false),
+                DynRoute::Ports(vec![4 + (d % 4) as PortNo])
+            );
+            assert_eq!(
+                s1.route(d, 0, false),
+                DynRoute::Ports(vec![4 + (d / 4) as PortNo])
+            );
+        }
+        assert_eq!(s0.on_local_fault(2), Ok(Vec::new()), "an input");
+        assert_eq!(s0.updates(), 0);
+        assert_eq!(s0.on_local_fault(6), Ok(Vec::new()), "output 2");
+        assert_eq!(s0.updates(), 1);
+        for d in 0..16 {
+            let want = if d % 4 == 2 {
+                DynRoute::None
+            } else {
+                DynRoute::Ports(vec![4 + (d % 4) as PortNo])
+            };
+            assert_eq!(s0.route(d, 1, true), want, "destination {d}");
+        }
+        // A top switch's outputs are the long links to hosts: watched too.
+        let mut top = cfg.switch(5).unwrap();
+        assert_eq!(top.on_local_fault(7), Ok(Vec::new()));
+        assert_eq!(top.route(13, 0, false), DynRoute::None);
+        assert!(matches!(
+            top.on_local_fault(8),
+            Err(DynError::NoSuchPort { .. })
+        ));
     }
 
     #[test]

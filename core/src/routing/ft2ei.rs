@@ -803,7 +803,13 @@ impl RoutingEngine for Ft2eiEngine {
         // Up*/down* minus some dependencies (§3.8).
         true
     }
+    /// k-ary n-trees, and RUFTs (interval routing by the destination's
+    /// digits; a failed link's destinations excluded where it starts,
+    /// [`super::ruft`]).
     fn route(&self, topo: &Topology, faults: &FaultSet) -> Result<RoutingTables, RoutingError> {
+        if let crate::topology::Family::Ruft { k, n } = topo.family {
+            return Ok(super::ruft::ruft_tables(topo, k, n, faults, NAME));
+        }
         Ok(self.compute(topo, faults)?.tables())
     }
 }

@@ -24,6 +24,7 @@ pub mod opensm;
 pub mod random;
 pub mod ranking;
 pub mod registry;
+pub mod ruft;
 pub mod smodk;
 pub mod tables;
 pub mod updown;

@@ -146,7 +146,7 @@ impl Switch {
             return;
         };
         let t = s.tree();
-        if t.is_top(s.id()) && p as u32 >= t.k {
+        if t.is_top(s.id()) && p as u32 >= t.k && !s.is_ruft() {
             // A top switch's up ports are not cabled in a k-ary n-tree:
             // nothing the protocol needs to know.
             return;
@@ -218,7 +218,7 @@ impl Switch {
             return;
         };
         let d = super::routing::target(h);
-        let deflected = t.is_below(id, d) && out as u32 != t.digit(d, t.stage(id));
+        let deflected = !s.is_ruft() && t.is_below(id, d) && out as u32 != t.digit(d, t.stage(id));
         if deflected {
             h.route_flags |= route_flags::DEFLECTED;
             self.counters.ft2ei.deflections += 1;
@@ -281,6 +281,7 @@ mod tests {
             n: 3,
             n_ei: 2,
             emergency,
+            ruft: false,
         };
         sw.set_ft2ei_dyn(Some(cfg.switch(id).unwrap())).unwrap();
         let peers = (0..4)

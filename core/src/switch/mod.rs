@@ -333,9 +333,11 @@ impl Switch {
         cfg.validate()?;
         let link_cfg = cfg.port_link();
         let mut ports = Vec::with_capacity(cfg.radix);
-        for _ in 0..cfg.radix {
+        for p in 0..cfg.radix {
+            let mut link = Link::with_epoch(link_cfg.clone(), epoch)?;
+            link.set_port(p as u16);
             ports.push(Port {
-                link: Link::with_epoch(link_cfg.clone(), epoch)?,
+                link,
                 failed: false,
                 bad_vc_seen: 0,
             });
@@ -561,6 +563,14 @@ impl Switch {
             self.push_event(SwitchEvent::PortDown { port, admin: true });
         }
         self.pump();
+        Ok(())
+    }
+
+    /// Fault injection: the port stops (or resumes) returning credits to
+    /// its peer ([`Link::set_credits_withheld`]).
+    pub fn set_credits_withheld(&mut self, port: PortNo, on: bool) -> Result<(), SwitchError> {
+        let p = self.check_port(port)?;
+        self.ports[p].link.set_credits_withheld(on);
         Ok(())
     }
 

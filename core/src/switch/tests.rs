@@ -477,6 +477,7 @@ fn bad_datagrams_and_bad_vcs_are_counted() {
             epoch: 100,
             peer_epoch: 10,
             seq: next_seq,
+            port: 0,
         },
     );
     w.push_flit(&packet(0, 1, 1, 1, 5)[0]);

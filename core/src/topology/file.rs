@@ -703,6 +703,14 @@ fn locate_validation_error(
         }
         TopologyError::DuplicateName(name) => (format!("node `{name}`"), node_line(name)),
         TopologyError::NoHosts => ("hosts".to_string(), src.key_line("hosts")),
+        TopologyError::NoReversePath { link, .. } => {
+            let i = topo.links.iter().position(|l| topo.link_text(l) == *link);
+            (
+                format!("link `{link}`"),
+                i.and_then(|i| item_lines(src.text, "links").get(i).copied()),
+            )
+        }
+        TopologyError::SelfLoop { node, .. } => (format!("node `{node}`"), node_line(node)),
         _ => ("topology".to_string(), None),
     }
 }

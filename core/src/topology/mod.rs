@@ -175,8 +175,22 @@ pub enum TopologyError {
     UnknownNode(String),
     #[error("two nodes are named `{0}`")]
     DuplicateName(String),
-    #[error("link connects {node} port {port} to itself")]
-    SelfLoop { node: String, port: PortNo },
+    #[error(
+        "link {node}:{port} -- {node}:{other_port} is a self-loop: a cable must join two different nodes"
+    )]
+    SelfLoop {
+        node: String,
+        port: PortNo,
+        other_port: PortNo,
+    },
+    #[error(
+        "one-way link {link} has no reverse path: over the one-way links {to} cannot be reached from {from}"
+    )]
+    NoReversePath {
+        link: String,
+        from: String,
+        to: String,
+    },
     #[error("the fabric is disconnected: `{unreachable}` cannot be reached from `{from}`")]
     Disconnected { from: String, unreachable: String },
     #[error("{family}: parameter {param} = {value} is out of range: {reason}")]
@@ -258,10 +272,11 @@ impl Topology {
         b: PortRef,
         duplex: bool,
     ) -> Result<LinkId, TopologyError> {
-        if a == b {
+        if a.node == b.node {
             return Err(TopologyError::SelfLoop {
                 node: self.node_name(a.node).to_string(),
                 port: a.port,
+                other_port: b.port,
             });
         }
         for end in [a, b] {
@@ -507,6 +522,64 @@ impl Topology {
             return Err(TopologyError::Disconnected {
                 from: self.node_name(start).to_string(),
                 unreachable: self.node_name(missing).to_string(),
+            });
+        }
+        for link in &self.links {
+            if link.a.node == link.b.node {
+                return Err(TopologyError::SelfLoop {
+                    node: self.node_name(link.a.node).to_string(),
+                    port: link.a.port,
+                    other_port: link.b.port,
+                });
+            }
+        }
+        self.validate_one_way()
+    }
+
+    /// `A:1 -> B:2` or `A:1 -- B:2`, as the topology file writes a link.
+    pub fn link_text(&self, l: &Link) -> String {
+        let arrow = if l.duplex { "--" } else { "->" };
+        format!(
+            "{}:{} {arrow} {}:{}",
+            self.node_name(l.a.node),
+            l.a.port,
+            self.node_name(l.b.node),
+            l.b.port
+        )
+    }
+
+    /// With one-way links, every host must reach every other host along
+    /// the links' directions (through switches): traffic that leaves a
+    /// host over a one-way link must have a way back, or replies and
+    /// all-to-all traffic cannot run. The error names a one-way link on the
+    /// side that cannot be reached (its way in, or failing that its way out).
+    fn validate_one_way(&self) -> Result<(), TopologyError> {
+        if self.links.iter().all(|l| l.duplex) {
+            return Ok(());
+        }
+        let none = FaultSet::none();
+        for from in 0..self.hosts.len() as HostId {
+            let dist = self.distances_from(NodeRef::Host(from), &none);
+            let Some(to) = (0..self.hosts.len() as HostId).find(|&h| dist[h as usize].is_none())
+            else {
+                continue;
+            };
+            let one_way_at = |h: HostId, inbound: bool| {
+                self.hosts[h as usize]
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|&l| &self.links[l as usize])
+                    .find(|l| !l.duplex && (l.b.node == NodeRef::Host(h)) == inbound)
+            };
+            let link = one_way_at(to, true)
+                .or_else(|| one_way_at(from, false))
+                .or_else(|| self.links.iter().find(|l| !l.duplex))
+                .expect("a one-way link exists");
+            return Err(TopologyError::NoReversePath {
+                link: self.link_text(link),
+                from: self.node_name(NodeRef::Host(from)).to_string(),
+                to: self.node_name(NodeRef::Host(to)).to_string(),
             });
         }
         Ok(())

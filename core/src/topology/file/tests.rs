@@ -187,6 +187,48 @@ fn error_port_used_twice() {
 }
 
 #[test]
+fn error_self_loop_cable_names_the_link() {
+    let text = TINY.replace("  - s0:2 -- s1:2", "  - s0:2 -- s0:1");
+    let text = text.replace("  - h1:0 -- s0:1\n", "  - h1:0 -- s1:3\n");
+    let err = expect_error(&text, "links[4] `s0:2 -- s0:1`", Some(15));
+    assert_eq!(
+        err.topology_error(),
+        Some(&TopologyError::SelfLoop {
+            node: "s0".into(),
+            port: 2,
+            other_port: 1
+        })
+    );
+    assert!(err.to_string().contains("self-loop"), "{err}");
+    // The same port twice is a self-loop too.
+    let text = TINY.replace("  - s0:2 -- s1:2", "  - s0:2 -> s0:2");
+    expect_error(&text, "links[4] `s0:2 -> s0:2`", Some(15));
+}
+
+#[test]
+fn error_one_way_link_without_a_way_back() {
+    // h3 can send into the fabric but nothing reaches it.
+    let text = TINY.replace("  - h3:0 -- s1:1", "  - h3:0 -> s1:1");
+    let err = expect_error(&text, "link `h3:0 -> s1:1`", Some(14));
+    assert!(
+        err.to_string().contains("h3 cannot be reached from h0"),
+        "{err}"
+    );
+    // Turned around, h3 is reached but cannot answer.
+    let text = TINY.replace("  - h3:0 -- s1:1", "  - s1:1 -> h3:0");
+    let err = expect_error(&text, "link `s1:1 -> h3:0`", Some(14));
+    assert!(
+        err.to_string().contains("h0 cannot be reached from h3"),
+        "{err}"
+    );
+    // Two one-way links in opposite directions between the same nodes
+    // make a way back, and a RUFT (one-way links only) is valid.
+    let text = TINY.replace("  - s0:2 -- s1:2", "  - s0:2 -> s1:2\n  - s1:3 -> s0:3");
+    load(&text).unwrap();
+    ruft(2, 3).unwrap().validate().unwrap();
+}
+
+#[test]
 fn error_port_beyond_the_radix() {
     let text = TINY.replace("  - s0:2 -- s1:2", "  - s0:2 -- s1:4");
     let err = expect_error(&text, "links[4]", Some(15));
