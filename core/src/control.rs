@@ -548,7 +548,7 @@ pub enum Request {
     /// ports on its own. `level` (0 = leaves) and `label` (digits 1..n-1)
     /// place the switch in the tree ([`crate::topology::Switch`]).
     ConfigureReroute {
-        config: Option<crate::recovery::dlr::DlrConfig>,
+        config: Option<crate::mechanism::dlr::DlrConfig>,
         #[serde(default)]
         level: u32,
         #[serde(default)]
@@ -559,7 +559,7 @@ pub enum Request {
     /// exclusion registers and updates them by control packets when a
     /// link dies, with no controller.
     ConfigureFt2eiDyn {
-        config: Option<crate::recovery::ft2ei_dyn::Ft2eiDynConfig>,
+        config: Option<crate::mechanism::ft2ei_dyn::Ft2eiDynConfig>,
     },
     /// Hold (`paused`) or let go of injection (hosts only): packets partly
     /// sent finish, nothing new starts. Used around a table swap
@@ -795,11 +795,11 @@ mod tests {
         let dlr = Envelope {
             token: "x".into(),
             request: Request::ConfigureReroute {
-                config: Some(crate::recovery::dlr::DlrConfig::new(
+                config: Some(crate::mechanism::dlr::DlrConfig::new(
                     4,
                     3,
-                    crate::recovery::dlr::DlrVariant::Deterministic,
-                    crate::recovery::dlr::DlrFaults::Switch,
+                    crate::mechanism::dlr::DlrVariant::Deterministic,
+                    crate::mechanism::dlr::DlrFaults::Switch,
                 )),
                 level: 1,
                 label: vec![2, 3],

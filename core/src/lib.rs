@@ -6,7 +6,7 @@ pub mod control;
 pub mod flit;
 pub mod host;
 pub mod link;
-pub mod recovery;
+pub mod mechanism;
 pub mod routing;
 pub mod sim;
 pub mod switch;

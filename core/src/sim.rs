@@ -747,10 +747,10 @@ mod tests {
     /// quiescence, having checked exactly-once delivery and zero drops.
     fn all_to_all_around_a_dead_link(
         topo: Topology,
-        mech: crate::analysis::intermediate::Mechanisms,
+        mech: crate::mechanism::intermediate::Mechanisms,
         vcs: u8,
     ) -> Fabric<Switch> {
-        use crate::host::intermediate::IntermediateRoutes;
+        use crate::mechanism::intermediate::IntermediateRoutes;
         use crate::routing::adaptive::{leg_tables_ordered, EscapeOrder};
         use crate::topology::generators::direct_port;
         let legs = mech.max_intermediates + 1;
@@ -806,7 +806,7 @@ mod tests {
 
     #[test]
     fn intermediate_nodes_route_all_to_all_around_a_dead_torus_link() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // 2 legs × dateline pair + 1 adaptive VC.
         let f = all_to_all_around_a_dead_link(
             mesh_or_torus(&[3, 3], true).unwrap(),
@@ -831,7 +831,7 @@ mod tests {
 
     #[test]
     fn without_adaptive_vcs_the_second_leg_travels_on_its_own_escape_vcs() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // 4 VCs = 2 legs × dateline pair, no adaptive VC: every flit is on
         // its leg's escape set, so leg 1's VCs (2, 3) carry exactly the
         // second legs.
@@ -854,7 +854,7 @@ mod tests {
 
     #[test]
     fn misroute_runs_are_taken_hop_by_hop_and_then_the_leg_ends() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // M alone (one leg, direction-order escape), then I+M and I+D+M.
         for (mech, vcs) in [
             (Mechanisms::m(), 3),
@@ -881,7 +881,7 @@ mod tests {
 
     #[test]
     fn two_intermediates_and_d_bits_go_around_a_blocked_mesh_row() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // Mesh: some pairs need two INs (I×2) or a deterministic leg (I+D).
         let f = all_to_all_around_a_dead_link(
             mesh_or_torus(&[3, 3], false).unwrap(),

@@ -10,12 +10,12 @@ use flitnet_core::control::{
     Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
-use flitnet_core::host::intermediate::IntermediateRoutes;
 use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::link::LinkConfig;
+use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::topology::PortNo;
 use flitnet_runtime::{daemon, run, Node};
 use metrics::{

@@ -9,7 +9,7 @@ use flitnet_core::control::{
     SwitchingMode,
 };
 use flitnet_core::link::LinkConfig;
-use flitnet_core::recovery::dlr::DlrSwitch;
+use flitnet_core::mechanism::dlr::DlrSwitch;
 use flitnet_core::switch::{Switch, SwitchConfig, SwitchEvent, Switching};
 use flitnet_core::topology::{PortNo, SwitchId};
 use flitnet_runtime::events::EventSender;

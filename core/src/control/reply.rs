@@ -3,8 +3,8 @@
 //! up JSON keys, so a renamed field is a compile error on both sides.
 
 use crate::host::endpoint::HostReport;
-use crate::host::intermediate::RouteTableSummary;
 use crate::link::Link;
+use crate::mechanism::intermediate::RouteTableSummary;
 use crate::switch::{SbrpSwitchCounters, SwitchCounters};
 use crate::topology::PortNo;
 use serde::{Deserialize, Serialize};

@@ -18,7 +18,6 @@
 //! is never a bottleneck), so credits flow back to the switch.
 
 use super::histogram::{Moments, Percentiles};
-use super::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use super::message::{OutPacket, Packetiser};
 use super::retained::ReleasePolicy;
 use super::sbrp::{self, ReceiverRecovery, RrqVerdict, SbrpConfig, SbrpStats, SenderRecovery};
@@ -26,6 +25,7 @@ use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
 use super::source::{Source, SourceConfig, SourceError, SourceStats};
 use crate::flit::Flit;
 use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
+use crate::mechanism::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use crate::topology::{HostId, PortNo};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

@@ -36,7 +36,7 @@ use super::{RoutingEngine, RoutingError};
 use crate::topology::generators::direct_port;
 use crate::topology::{Family, FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 
-const NAME: &str = "local-reroute";
+pub const NAME: &str = "local-reroute";
 
 /// Adaptive-escape tables with misroute ports and the
 /// [`VcPolicy::LocalReroute`] policy (meshes and hypercubes).

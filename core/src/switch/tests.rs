@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::flit::{FlitKind, Head};
+use crate::mechanism::sbrp::{self, RecoveryProtocol};
 use crate::routing::{AdaptiveEntry, AdaptiveTable, Lft};
 use crate::topology::HostId;
 use crate::wire::{self, FrameWriter, Header};
