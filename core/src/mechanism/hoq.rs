@@ -160,3 +160,7 @@ impl Switch {
         self.hook::<HoqHook>().map(|h| h.lifetime_ns)
     }
 }
+
+#[cfg(test)]
+#[path = "hoq_tests.rs"]
+mod tests;

@@ -175,3 +175,7 @@ impl Switch {
         self.admit(out, out_vc, need)
     }
 }
+
+#[cfg(test)]
+#[path = "switch_tests.rs"]
+pub(crate) mod switch_tests;

@@ -120,3 +120,7 @@ impl Switch {
         Decision::Drop(DropReason::PortDown)
     }
 }
+
+#[cfg(test)]
+#[path = "switch_tests.rs"]
+pub(crate) mod switch_tests;
