@@ -5,7 +5,8 @@
 use crate::host::endpoint::HostReport;
 use crate::link::Link;
 use crate::mechanism::intermediate::RouteTableSummary;
-use crate::switch::{SbrpSwitchCounters, SwitchCounters};
+use crate::mechanism::sbrp::SbrpSwitchCounters;
+use crate::switch::SwitchCounters;
 use crate::topology::PortNo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

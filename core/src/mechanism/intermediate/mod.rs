@@ -22,7 +22,7 @@ pub mod select;
 pub mod switch;
 
 pub use cube::{Cube, DetOrder, Dir, Run};
-pub use host::{Applied, IntermediateRoutes, IntermediateStats};
+pub use host::{Applied, IntermediateRoutes, IntermediateStats, RouteTableSummary};
 pub use legs::{Leg, LegKind, MechanismUse, Mechanisms, Route, RouteChoice};
 pub use select::{choose_route, RoutePlanner};
 
