@@ -7,6 +7,7 @@ pub mod flit;
 pub mod host;
 pub mod link;
 pub mod mechanism;
+pub mod node;
 pub mod routing;
 pub mod sim;
 pub mod switch;

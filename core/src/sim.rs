@@ -9,37 +9,13 @@
 
 use crate::host::endpoint::{self, HostConfig, HostEndpoint};
 use crate::link;
+use crate::node::Node;
 use crate::routing::{Lft, RoutingTables, SwitchTable};
 use crate::switch::{Switch, SwitchConfig, Switching};
 use crate::topology::{FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use bytes::Bytes;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// What the scheduler needs from a node: the sans-IO driving API shared by
-/// hosts and switches.
-pub trait SimNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes);
-    fn handle_timeout(&mut self, now: u64);
-    /// The next datagram to send and the port it leaves by.
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo>;
-    fn poll_timeout(&self) -> Option<u64>;
-}
-
-impl SimNode for HostEndpoint {
-    fn handle_datagram(&mut self, now: u64, _port: PortNo, data: Bytes) {
-        self.handle_datagram_bytes(now, data);
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        HostEndpoint::handle_timeout(self, now);
-    }
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
-        HostEndpoint::poll_transmit(self, now, out).then_some(0)
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        HostEndpoint::poll_timeout(self)
-    }
-}
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
@@ -84,28 +60,12 @@ impl Scheduler {
     }
 }
 
-impl SimNode for Switch {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
-        // Undecodable datagrams are counted by the switch itself.
-        let _ = Switch::handle_datagram(self, now, port, data);
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        Switch::handle_timeout(self, now);
-    }
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
-        Switch::poll_transmit(self, now, out)
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        Switch::poll_timeout(self)
-    }
-}
-
 /// A node type with no values, for fabrics without switches (hosts cabled
 /// back to back).
 #[derive(Debug)]
 pub enum NoSwitch {}
 
-impl SimNode for NoSwitch {
+impl Node for NoSwitch {
     fn handle_datagram(&mut self, _: u64, _: PortNo, _: Bytes) {
         match *self {}
     }
@@ -123,7 +83,7 @@ impl SimNode for NoSwitch {
 /// The nodes of a topology wired by its cables, with a fixed per-hop wire
 /// latency. Node index: hosts first, then switches (as [`Topology::nodes`]).
 #[derive(Debug)]
-pub struct Fabric<S: SimNode> {
+pub struct Fabric<S: Node> {
     pub topo: Topology,
     pub hosts: Vec<HostEndpoint>,
     pub switches: Vec<S>,
@@ -143,7 +103,7 @@ pub struct Fabric<S: SimNode> {
     pub corrupted: u64,
 }
 
-impl<S: SimNode> Fabric<S> {
+impl<S: Node> Fabric<S> {
     /// Wires `hosts` (index = host id) and `switches` (index = switch id)
     /// by `topo`'s cables.
     pub fn new(topo: Topology, hosts: Vec<HostEndpoint>, switches: Vec<S>, wire_ns: u64) -> Self {
@@ -176,7 +136,7 @@ impl<S: SimNode> Fabric<S> {
         self.now
     }
 
-    fn node(&mut self, i: usize) -> &mut dyn SimNode {
+    fn node(&mut self, i: usize) -> &mut dyn Node {
         let h = self.hosts.len();
         if i < h {
             &mut self.hosts[i]

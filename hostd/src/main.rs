@@ -3,6 +3,7 @@
 //! runtime shell.
 
 use anyhow::Result;
+use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
@@ -17,7 +18,7 @@ use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::link::LinkConfig;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::topology::PortNo;
-use flitnet_runtime::{daemon, run, Node};
+use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
@@ -106,8 +107,8 @@ impl HostNode {
 }
 
 impl Node for HostNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
-        self.endpoint.handle_datagram_on(now, port, data);
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
+        self.endpoint.handle_datagram_bytes_on(now, port, data);
     }
 
     fn handle_timeout(&mut self, now: u64) {
@@ -124,7 +125,9 @@ impl Node for HostNode {
     fn poll_timeout(&self) -> Option<u64> {
         self.endpoint.poll_timeout()
     }
+}
 
+impl Daemon for HostNode {
     fn control(&mut self, now: u64, request: Request) -> Response {
         match request {
             Request::Ping => Response::reply(Reply::Pong {

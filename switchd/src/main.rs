@@ -3,6 +3,7 @@
 //! shared runtime shell.
 
 use anyhow::Result;
+use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::control::{
     DaemonConfig, EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
@@ -13,7 +14,7 @@ use flitnet_core::mechanism::dlr::DlrSwitch;
 use flitnet_core::switch::{Switch, SwitchConfig, SwitchEvent, Switching};
 use flitnet_core::topology::{PortNo, SwitchId};
 use flitnet_runtime::events::EventSender;
-use flitnet_runtime::{daemon, run, Node};
+use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use std::path::PathBuf;
 
@@ -125,9 +126,9 @@ fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
 }
 
 impl Node for SwitchNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
         // Errors (bad datagram, unknown port) are counted by the switch.
-        let _ = self.switch.handle_datagram_slice(now, port, data);
+        let _ = self.switch.handle_datagram(now, port, data);
     }
 
     fn handle_timeout(&mut self, now: u64) {
@@ -152,7 +153,9 @@ impl Node for SwitchNode {
     fn poll_timeout(&self) -> Option<u64> {
         self.switch.poll_timeout()
     }
+}
 
+impl Daemon for SwitchNode {
     fn control(&mut self, now: u64, request: Request) -> Response {
         let _ = now;
         match request {

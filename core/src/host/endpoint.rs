@@ -517,10 +517,13 @@ impl HostEndpoint {
     /// A datagram that arrived on `port` (copied once): the receive port's
     /// link if it is that port, the main link otherwise.
     pub fn handle_datagram_on(&mut self, now: u64, port: PortNo, data: &[u8]) {
+        self.handle_datagram_bytes_on(now, port, Bytes::copy_from_slice(data));
+    }
+
+    /// [`HostEndpoint::handle_datagram_on`] without copying.
+    pub fn handle_datagram_bytes_on(&mut self, now: u64, port: PortNo, data: Bytes) {
         self.tick(now);
-        let _ = self
-            .link_of_mut(port)
-            .handle_datagram(now, Bytes::copy_from_slice(data));
+        let _ = self.link_of_mut(port).handle_datagram(now, data);
         self.pump(now);
     }
 

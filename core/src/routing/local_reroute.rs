@@ -19,7 +19,7 @@
 //!   way back is minimal again).
 //!
 //! With nothing left, the head is dropped and (SBRP) its source asked at
-//! once to resend: the resend is routed afresh (see `Switch::decide_local`).
+//! once to resend: the resend is routed afresh (see `crate::mechanism::local_reroute`).
 //!
 //! Deadlock: fault-free, the escape network (VC 0, e-cube / XY) is acyclic
 //! and connected, so Duato's theorem holds (the checker verifies it). After
