@@ -130,6 +130,53 @@ impl FabricParams {
             .saturating_mul(2)
             .saturating_add(500_000_000)
     }
+
+    /// The link configuration of every port of the fabric, switch and host
+    /// alike, for nodes driven by `driver`.
+    pub fn link_config(&self, driver: &LinkDriver) -> crate::link::LinkConfig {
+        crate::link::LinkConfig {
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            bandwidth_flits_per_s: self.bandwidth_flits_per_s,
+            propagation_ns: self.propagation_ns,
+            count_transit: driver.count_transit,
+            keepalive_interval_ns: self.keepalive_interval_ns,
+            dead_after_ns: self.dead_after_ns,
+            mtu: self.mtu,
+            pacing_quantum_ns: driver.pacing_quantum_ns,
+            catch_up_ns: driver.catch_up_ns,
+            retrain_ns: self.link_retrain_ns,
+            ..crate::link::LinkConfig::default()
+        }
+    }
+
+    /// The configuration of a switch of `radix` ports in this fabric.
+    pub fn switch_config(&self, radix: usize, driver: &LinkDriver) -> crate::switch::SwitchConfig {
+        crate::switch::SwitchConfig {
+            radix,
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            switching: match self.switching {
+                SwitchingMode::Wormhole => crate::switch::Switching::Wormhole,
+                SwitchingMode::VirtualCutThrough => crate::switch::Switching::VirtualCutThrough,
+            },
+            link: self.link_config(driver),
+            max_packet_flits: self.max_packet_flits.min(u16::MAX as u32) as u16,
+        }
+    }
+}
+
+/// What the program driving the nodes adds to a fabric's link parameters:
+/// how its clock and timers behave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkDriver {
+    /// The nodes share one clock, so a flit's send time stamped by one is
+    /// meaningful to the other (see `LinkConfig::count_transit`).
+    pub count_transit: bool,
+    /// See `LinkConfig::pacing_quantum_ns`.
+    pub pacing_quantum_ns: u64,
+    /// See `LinkConfig::catch_up_ns`.
+    pub catch_up_ns: u64,
 }
 
 impl Default for FabricParams {

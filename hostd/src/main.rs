@@ -15,7 +15,6 @@ use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
-use flitnet_core::link::LinkConfig;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::topology::PortNo;
 use flitnet_runtime::{daemon, run, Daemon, Node};
@@ -32,27 +31,6 @@ struct Args {
     /// The JSON configuration file written by the controller.
     #[arg(long)]
     config: PathBuf,
-}
-
-/// Link parameters of a host or switch port, from the fabric parameters.
-fn link_config(cfg: &DaemonConfig) -> LinkConfig {
-    let f = &cfg.fabric;
-    LinkConfig {
-        vcs: f.vcs,
-        buffer_depth: f.buffer_depth,
-        bandwidth_flits_per_s: f.bandwidth_flits_per_s,
-        propagation_ns: f.propagation_ns,
-        // Daemons share the machine's monotonic clock (docs/wire.md,
-        // "Propagation delay").
-        count_transit: true,
-        keepalive_interval_ns: f.keepalive_interval_ns,
-        dead_after_ns: f.dead_after_ns,
-        mtu: f.mtu,
-        pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
-        catch_up_ns: flitnet_runtime::event_loop::CATCH_UP_NS,
-        retrain_ns: f.link_retrain_ns,
-        ..LinkConfig::default()
-    }
 }
 
 struct HostNode {
@@ -413,7 +391,10 @@ fn main() -> Result<()> {
         hosts,
         source: SourceConfig::default(),
         injection: Default::default(),
-        link: link_config(&d.config),
+        link: d
+            .config
+            .fabric
+            .link_config(&flitnet_runtime::event_loop::LINK_DRIVER),
         epoch: flitnet_runtime::epoch(),
         seed: d.config.seed,
         record_trace: false,

@@ -23,6 +23,15 @@ pub trait Daemon: Node {
     fn publish_metrics(&mut self, _now: u64) {}
 }
 
+/// How the daemons drive their links: the processes share the machine's
+/// monotonic clock (docs/wire.md, "Propagation delay"), and their loop
+/// paces and catches up as [`PACING_QUANTUM_NS`] and [`CATCH_UP_NS`] say.
+pub const LINK_DRIVER: flitnet_core::control::LinkDriver = flitnet_core::control::LinkDriver {
+    count_transit: true,
+    pacing_quantum_ns: PACING_QUANTUM_NS,
+    catch_up_ns: CATCH_UP_NS,
+};
+
 /// How often counters are copied into the metrics registry.
 const METRICS_PERIOD_NS: u64 = 250_000_000;
 /// Datagrams read per wake-up before timers and transmissions get a turn.
