@@ -6,7 +6,7 @@ use anyhow::Result;
 use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::control::{
-    DaemonConfig, EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
+    EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
 };
 use flitnet_core::mechanism::dlr::DlrSwitch;
 use flitnet_core::switch::{Switch, SwitchEvent};
