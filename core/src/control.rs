@@ -130,6 +130,53 @@ impl FabricParams {
             .saturating_mul(2)
             .saturating_add(500_000_000)
     }
+
+    /// The link configuration of every port of the fabric, switch and host
+    /// alike, for nodes driven by `driver`.
+    pub fn link_config(&self, driver: &LinkDriver) -> crate::link::LinkConfig {
+        crate::link::LinkConfig {
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            bandwidth_flits_per_s: self.bandwidth_flits_per_s,
+            propagation_ns: self.propagation_ns,
+            count_transit: driver.count_transit,
+            keepalive_interval_ns: self.keepalive_interval_ns,
+            dead_after_ns: self.dead_after_ns,
+            mtu: self.mtu,
+            pacing_quantum_ns: driver.pacing_quantum_ns,
+            catch_up_ns: driver.catch_up_ns,
+            retrain_ns: self.link_retrain_ns,
+            ..crate::link::LinkConfig::default()
+        }
+    }
+
+    /// The configuration of a switch of `radix` ports in this fabric.
+    pub fn switch_config(&self, radix: usize, driver: &LinkDriver) -> crate::switch::SwitchConfig {
+        crate::switch::SwitchConfig {
+            radix,
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            switching: match self.switching {
+                SwitchingMode::Wormhole => crate::switch::Switching::Wormhole,
+                SwitchingMode::VirtualCutThrough => crate::switch::Switching::VirtualCutThrough,
+            },
+            link: self.link_config(driver),
+            max_packet_flits: self.max_packet_flits.min(u16::MAX as u32) as u16,
+        }
+    }
+}
+
+/// What the program driving the nodes adds to a fabric's link parameters:
+/// how its clock and timers behave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkDriver {
+    /// The nodes share one clock, so a flit's send time stamped by one is
+    /// meaningful to the other (see `LinkConfig::count_transit`).
+    pub count_transit: bool,
+    /// See `LinkConfig::pacing_quantum_ns`.
+    pub pacing_quantum_ns: u64,
+    /// See `LinkConfig::catch_up_ns`.
+    pub catch_up_ns: u64,
 }
 
 impl Default for FabricParams {
@@ -548,7 +595,7 @@ pub enum Request {
     /// ports on its own. `level` (0 = leaves) and `label` (digits 1..n-1)
     /// place the switch in the tree ([`crate::topology::Switch`]).
     ConfigureReroute {
-        config: Option<crate::recovery::dlr::DlrConfig>,
+        config: Option<crate::mechanism::dlr::DlrConfig>,
         #[serde(default)]
         level: u32,
         #[serde(default)]
@@ -559,7 +606,7 @@ pub enum Request {
     /// exclusion registers and updates them by control packets when a
     /// link dies, with no controller.
     ConfigureFt2eiDyn {
-        config: Option<crate::recovery::ft2ei_dyn::Ft2eiDynConfig>,
+        config: Option<crate::mechanism::ft2ei_dyn::Ft2eiDynConfig>,
     },
     /// Hold (`paused`) or let go of injection (hosts only): packets partly
     /// sent finish, nothing new starts. Used around a table swap
@@ -795,11 +842,11 @@ mod tests {
         let dlr = Envelope {
             token: "x".into(),
             request: Request::ConfigureReroute {
-                config: Some(crate::recovery::dlr::DlrConfig::new(
+                config: Some(crate::mechanism::dlr::DlrConfig::new(
                     4,
                     3,
-                    crate::recovery::dlr::DlrVariant::Deterministic,
-                    crate::recovery::dlr::DlrFaults::Switch,
+                    crate::mechanism::dlr::DlrVariant::Deterministic,
+                    crate::mechanism::dlr::DlrFaults::Switch,
                 )),
                 level: 1,
                 label: vec![2, 3],

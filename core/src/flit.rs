@@ -126,7 +126,7 @@ pub struct Head {
     /// clock), for latency measurement.
     pub born_ns: u64,
     /// Dynamic local rerouting's header "port field" (seed 002 §3.5, switch
-    /// variants): [`crate::recovery::dlr::PortField::to_wire`]; 0 = not being
+    /// variants): [`crate::mechanism::dlr::PortField::to_wire`]; 0 = not being
     /// rerouted, which is what hosts inject.
     pub dlr_port_field: u8,
     /// Seed 004 M (only meaningful with [`route_flags::MISROUTE`]): per leg,

@@ -9,37 +9,13 @@
 
 use crate::host::endpoint::{self, HostConfig, HostEndpoint};
 use crate::link;
+use crate::node::Node;
 use crate::routing::{Lft, RoutingTables, SwitchTable};
 use crate::switch::{Switch, SwitchConfig, Switching};
 use crate::topology::{FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use bytes::Bytes;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// What the scheduler needs from a node: the sans-IO driving API shared by
-/// hosts and switches.
-pub trait SimNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes);
-    fn handle_timeout(&mut self, now: u64);
-    /// The next datagram to send and the port it leaves by.
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo>;
-    fn poll_timeout(&self) -> Option<u64>;
-}
-
-impl SimNode for HostEndpoint {
-    fn handle_datagram(&mut self, now: u64, _port: PortNo, data: Bytes) {
-        self.handle_datagram_bytes(now, data);
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        HostEndpoint::handle_timeout(self, now);
-    }
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
-        HostEndpoint::poll_transmit(self, now, out).then_some(0)
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        HostEndpoint::poll_timeout(self)
-    }
-}
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EventKind {
@@ -84,28 +60,12 @@ impl Scheduler {
     }
 }
 
-impl SimNode for Switch {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
-        // Undecodable datagrams are counted by the switch itself.
-        let _ = Switch::handle_datagram(self, now, port, data);
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        Switch::handle_timeout(self, now);
-    }
-    fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
-        Switch::poll_transmit(self, now, out)
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        Switch::poll_timeout(self)
-    }
-}
-
 /// A node type with no values, for fabrics without switches (hosts cabled
 /// back to back).
 #[derive(Debug)]
 pub enum NoSwitch {}
 
-impl SimNode for NoSwitch {
+impl Node for NoSwitch {
     fn handle_datagram(&mut self, _: u64, _: PortNo, _: Bytes) {
         match *self {}
     }
@@ -123,7 +83,7 @@ impl SimNode for NoSwitch {
 /// The nodes of a topology wired by its cables, with a fixed per-hop wire
 /// latency. Node index: hosts first, then switches (as [`Topology::nodes`]).
 #[derive(Debug)]
-pub struct Fabric<S: SimNode> {
+pub struct Fabric<S: Node> {
     pub topo: Topology,
     pub hosts: Vec<HostEndpoint>,
     pub switches: Vec<S>,
@@ -143,7 +103,7 @@ pub struct Fabric<S: SimNode> {
     pub corrupted: u64,
 }
 
-impl<S: SimNode> Fabric<S> {
+impl<S: Node> Fabric<S> {
     /// Wires `hosts` (index = host id) and `switches` (index = switch id)
     /// by `topo`'s cables.
     pub fn new(topo: Topology, hosts: Vec<HostEndpoint>, switches: Vec<S>, wire_ns: u64) -> Self {
@@ -176,7 +136,7 @@ impl<S: SimNode> Fabric<S> {
         self.now
     }
 
-    fn node(&mut self, i: usize) -> &mut dyn SimNode {
+    fn node(&mut self, i: usize) -> &mut dyn Node {
         let h = self.hosts.len();
         if i < h {
             &mut self.hosts[i]
@@ -747,10 +707,10 @@ mod tests {
     /// quiescence, having checked exactly-once delivery and zero drops.
     fn all_to_all_around_a_dead_link(
         topo: Topology,
-        mech: crate::analysis::intermediate::Mechanisms,
+        mech: crate::mechanism::intermediate::Mechanisms,
         vcs: u8,
     ) -> Fabric<Switch> {
-        use crate::host::intermediate::IntermediateRoutes;
+        use crate::mechanism::intermediate::IntermediateRoutes;
         use crate::routing::adaptive::{leg_tables_ordered, EscapeOrder};
         use crate::topology::generators::direct_port;
         let legs = mech.max_intermediates + 1;
@@ -806,7 +766,7 @@ mod tests {
 
     #[test]
     fn intermediate_nodes_route_all_to_all_around_a_dead_torus_link() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // 2 legs × dateline pair + 1 adaptive VC.
         let f = all_to_all_around_a_dead_link(
             mesh_or_torus(&[3, 3], true).unwrap(),
@@ -831,7 +791,7 @@ mod tests {
 
     #[test]
     fn without_adaptive_vcs_the_second_leg_travels_on_its_own_escape_vcs() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // 4 VCs = 2 legs × dateline pair, no adaptive VC: every flit is on
         // its leg's escape set, so leg 1's VCs (2, 3) carry exactly the
         // second legs.
@@ -854,7 +814,7 @@ mod tests {
 
     #[test]
     fn misroute_runs_are_taken_hop_by_hop_and_then_the_leg_ends() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // M alone (one leg, direction-order escape), then I+M and I+D+M.
         for (mech, vcs) in [
             (Mechanisms::m(), 3),
@@ -881,7 +841,7 @@ mod tests {
 
     #[test]
     fn two_intermediates_and_d_bits_go_around_a_blocked_mesh_row() {
-        use crate::analysis::intermediate::Mechanisms;
+        use crate::mechanism::intermediate::Mechanisms;
         // Mesh: some pairs need two INs (I×2) or a deterministic leg (I+D).
         let f = all_to_all_around_a_dead_link(
             mesh_or_torus(&[3, 3], false).unwrap(),

@@ -23,9 +23,10 @@ use crate::host::sbrp::{RecoveryProtocol, SbrpConfig};
 use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
+use crate::mechanism::hoq::default_head_of_queue_lifetime_ns;
 use crate::routing::registry::engine;
 use crate::sim::{build_fabric, Fabric, SimConfig};
-use crate::switch::{default_head_of_queue_lifetime_ns, Switch, Switching};
+use crate::switch::{Switch, Switching};
 use crate::topology::generators::mesh_or_torus;
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 

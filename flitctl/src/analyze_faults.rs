@@ -23,8 +23,8 @@ use clap::{Args, ValueEnum};
 use flitnet_core::analysis::intermediate::{
     binomial, tolerance_table, AnalysisOptions, FaultMode, Mechanisms,
 };
-use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant};
-use flitnet_core::recovery::walk::{switch_links, Sweeper};
+use flitnet_core::mechanism::dlr::walk::{switch_links, Sweeper};
+use flitnet_core::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant};
 use flitnet_core::routing::ft2ei::{self, directed_links, Ft2eiConfig};
 use flitnet_core::routing::interval::KaryTree;
 use flitnet_core::topology::generators::{kary_ntree, mesh_or_torus};

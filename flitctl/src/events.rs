@@ -7,8 +7,8 @@
 use crate::fabric::Quiesced;
 use anyhow::{Context, Result};
 use flitnet_core::control::{open_event, EventKind};
-use flitnet_core::recovery::dlr::DlrConfig;
-use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
+use flitnet_core::mechanism::dlr::DlrConfig;
+use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::topology::{LinkId, PortNo};
 use flitnet_runtime::clock::now_ns;
 use serde::{Deserialize, Serialize};

@@ -1025,7 +1025,7 @@ fn seed001(quick: bool) -> Result<Section> {
         );
         // Degraded: random link removal, Dmodc vs the OpenSM-style engines.
         let mut rng = ChaCha8Rng::seed_from_u64(2022);
-        let switch_links = flitnet_core::recovery::walk::switch_links(&rlft);
+        let switch_links = flitnet_core::mechanism::dlr::walk::switch_links(&rlft);
         let dead: Vec<u32> = sample(&mut rng, switch_links.len(), 32)
             .into_iter()
             .map(|i| switch_links[i])

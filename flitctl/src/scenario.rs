@@ -169,7 +169,7 @@ impl Mechanism {
 
     /// The dynamic local rerouting configuration for `topo` (DLR variants
     /// only); refuses a topology that is not a k-ary n-tree.
-    pub fn dlr(self, topo: &Topology) -> Result<Option<flitnet_core::recovery::dlr::DlrConfig>> {
+    pub fn dlr(self, topo: &Topology) -> Result<Option<flitnet_core::mechanism::dlr::DlrConfig>> {
         use crate::up::Mechanism as Up;
         let up = match self {
             Mechanism::Dlr => Up::Dlr,

@@ -13,9 +13,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchReport, SwitchingMode};
-use flitnet_core::host::intermediate::{IntermediateStats, RouteTableSummary};
-use flitnet_core::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
-use flitnet_core::recovery::ft2ei_dyn::Ft2eiDynConfig;
+use flitnet_core::mechanism::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
+use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
+use flitnet_core::mechanism::intermediate::{IntermediateStats, RouteTableSummary};
 use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
@@ -193,15 +193,16 @@ impl FabricArgs {
     /// least [`HOQ_LIFETIME_FLOOR_NS`]; 51 ms at 20,000 flits/s and 8-flit
     /// buffers).
     ///
-    /// [`default_head_of_queue_lifetime_for_packets_ns`]: flitnet_core::switch::default_head_of_queue_lifetime_for_packets_ns
+    /// [`default_head_of_queue_lifetime_for_packets_ns`]: flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns
     pub fn params_for(&self, engine: &str) -> FabricParams {
         let mut p = self.params();
         if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
-            let formula = flitnet_core::switch::default_head_of_queue_lifetime_for_packets_ns(
-                p.bandwidth_flits_per_s,
-                p.buffer_depth,
-                p.max_packet_flits,
-            );
+            let formula =
+                flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns(
+                    p.bandwidth_flits_per_s,
+                    p.buffer_depth,
+                    p.max_packet_flits,
+                );
             p.head_of_queue_lifetime_ns = Some(formula.max(HOQ_LIFETIME_FLOOR_NS));
         }
         p

@@ -3,6 +3,7 @@
 //! runtime shell.
 
 use anyhow::Result;
+use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
@@ -10,14 +11,13 @@ use flitnet_core::control::{
     Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
-use flitnet_core::host::intermediate::IntermediateRoutes;
 use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
-use flitnet_core::link::LinkConfig;
+use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::topology::PortNo;
-use flitnet_runtime::{daemon, run, Node};
+use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
@@ -31,27 +31,6 @@ struct Args {
     /// The JSON configuration file written by the controller.
     #[arg(long)]
     config: PathBuf,
-}
-
-/// Link parameters of a host or switch port, from the fabric parameters.
-fn link_config(cfg: &DaemonConfig) -> LinkConfig {
-    let f = &cfg.fabric;
-    LinkConfig {
-        vcs: f.vcs,
-        buffer_depth: f.buffer_depth,
-        bandwidth_flits_per_s: f.bandwidth_flits_per_s,
-        propagation_ns: f.propagation_ns,
-        // Daemons share the machine's monotonic clock (docs/wire.md,
-        // "Propagation delay").
-        count_transit: true,
-        keepalive_interval_ns: f.keepalive_interval_ns,
-        dead_after_ns: f.dead_after_ns,
-        mtu: f.mtu,
-        pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
-        catch_up_ns: flitnet_runtime::event_loop::CATCH_UP_NS,
-        retrain_ns: f.link_retrain_ns,
-        ..LinkConfig::default()
-    }
 }
 
 struct HostNode {
@@ -106,8 +85,8 @@ impl HostNode {
 }
 
 impl Node for HostNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
-        self.endpoint.handle_datagram_on(now, port, data);
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
+        self.endpoint.handle_datagram_bytes_on(now, port, data);
     }
 
     fn handle_timeout(&mut self, now: u64) {
@@ -124,7 +103,9 @@ impl Node for HostNode {
     fn poll_timeout(&self) -> Option<u64> {
         self.endpoint.poll_timeout()
     }
+}
 
+impl Daemon for HostNode {
     fn control(&mut self, now: u64, request: Request) -> Response {
         match request {
             Request::Ping => Response::reply(Reply::Pong {
@@ -410,7 +391,10 @@ fn main() -> Result<()> {
         hosts,
         source: SourceConfig::default(),
         injection: Default::default(),
-        link: link_config(&d.config),
+        link: d
+            .config
+            .fabric
+            .link_config(&flitnet_runtime::event_loop::LINK_DRIVER),
         epoch: flitnet_runtime::epoch(),
         seed: d.config.seed,
         record_trace: false,

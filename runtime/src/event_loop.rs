@@ -4,22 +4,17 @@ use crate::clock::now_ns;
 use crate::control::ControlInbox;
 use crate::transport::{Transport, TransportCounters, SEND_BATCH};
 use anyhow::{Context, Result};
+use bytes::Bytes;
 use flitnet_core::control::{LoopReport, Reply, Request, Response, TimerLateness};
+pub use flitnet_core::node::Node;
 use flitnet_core::topology::PortNo;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
-/// A sans-IO state machine the loop can drive. Mirrors the switch and host
-/// cores: datagrams and time in, datagrams and deadlines out.
-pub trait Node {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]);
-    fn handle_timeout(&mut self, now: u64);
-    /// Writes the next datagram into `buf` (cleared by the caller) and
-    /// returns the port it leaves by, or `None` when nothing is ready.
-    fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<PortNo>;
-    /// The next instant `handle_timeout` must be called at.
-    fn poll_timeout(&self) -> Option<u64>;
+/// A daemon's node: the sans-IO driving API shared with the simulator
+/// ([`Node`]) plus what only a daemon does.
+pub trait Daemon: Node {
     /// Carries out a control request (the token was already checked).
     fn control(&mut self, now: u64, request: Request) -> Response;
     /// Called after every round of IO: drain events into logs.
@@ -27,6 +22,15 @@ pub trait Node {
     /// Called a few times per second: copy counters into the metrics facade.
     fn publish_metrics(&mut self, _now: u64) {}
 }
+
+/// How the daemons drive their links: the processes share the machine's
+/// monotonic clock (docs/wire.md, "Propagation delay"), and their loop
+/// paces and catches up as [`PACING_QUANTUM_NS`] and [`CATCH_UP_NS`] say.
+pub const LINK_DRIVER: flitnet_core::control::LinkDriver = flitnet_core::control::LinkDriver {
+    count_transit: true,
+    pacing_quantum_ns: PACING_QUANTUM_NS,
+    catch_up_ns: CATCH_UP_NS,
+};
 
 /// How often counters are copied into the metrics registry.
 const METRICS_PERIOD_NS: u64 = 250_000_000;
@@ -155,7 +159,7 @@ impl TxBatch {
 
     /// Collects what the node has ready and sends it, batch by batch,
     /// until the node has nothing more or the socket is full.
-    fn pump<N: Node>(&mut self, node: &mut N, now: u64, transport: &mut Transport) {
+    fn pump<N: Daemon>(&mut self, node: &mut N, now: u64, transport: &mut Transport) {
         loop {
             if !self.flush(transport) {
                 return;
@@ -180,7 +184,7 @@ impl TxBatch {
 }
 
 /// Runs `node` until SIGTERM/SIGINT or a `Shutdown` request.
-pub fn run<N: Node>(node: &mut N, transport: &mut Transport, inbox: ControlInbox) -> Result<()> {
+pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInbox) -> Result<()> {
     let (sig_rx, sig_tx) = UnixStream::pair()?;
     sig_rx.set_nonblocking(true)?;
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -277,7 +281,7 @@ pub fn run<N: Node>(node: &mut N, transport: &mut Transport, inbox: ControlInbox
         }
         if fds[0].revents & libc::POLLIN != 0 {
             transport.recv_batch(RECV_BATCH, |port, data| {
-                node.handle_datagram(now, port, data)
+                node.handle_datagram(now, port, Bytes::copy_from_slice(data))
             });
         }
         if let Some(due) = node.poll_timeout().filter(|&t| t <= now) {

@@ -1,7 +1,7 @@
 //! The IO shell shared by `switchd` and `hostd`.
 //!
 //! A daemon is a sans-IO state machine from `flitnet-core` wrapped in a
-//! [`Node`], driven by [`event_loop::run`]: one thread that owns the data
+//! [`Daemon`] (a core [`Node`] that also takes control requests), driven by [`event_loop::run`]: one thread that owns the data
 //! sockets (UDP, or raw Ethernet per [`transport::Transport`]) and the timers (`ppoll(2)` with nanosecond timeouts, because
 //! emulated links pace flits at microsecond scale and tokio's timer wheel
 //! ticks in milliseconds), plus a control thread that accepts the
@@ -17,5 +17,5 @@ pub mod resolve;
 pub mod telemetry;
 pub mod transport;
 
-pub use event_loop::{run, Node};
+pub use event_loop::{run, Daemon, Node};
 pub use events::epoch;

@@ -3,17 +3,16 @@
 //! shared runtime shell.
 
 use anyhow::Result;
+use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::control::{
-    DaemonConfig, EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
-    SwitchingMode,
+    EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
 };
-use flitnet_core::link::LinkConfig;
-use flitnet_core::recovery::dlr::DlrSwitch;
-use flitnet_core::switch::{Switch, SwitchConfig, SwitchEvent, Switching};
+use flitnet_core::mechanism::dlr::DlrSwitch;
+use flitnet_core::switch::{Switch, SwitchEvent};
 use flitnet_core::topology::{PortNo, SwitchId};
 use flitnet_runtime::events::EventSender;
-use flitnet_runtime::{daemon, run, Node};
+use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use std::path::PathBuf;
 
@@ -94,40 +93,10 @@ fn corrupt_datagram(buf: &mut [u8]) {
     }
 }
 
-fn switch_config(cfg: &DaemonConfig, radix: usize) -> SwitchConfig {
-    let f = &cfg.fabric;
-    SwitchConfig {
-        radix,
-        vcs: f.vcs,
-        buffer_depth: f.buffer_depth,
-        switching: match f.switching {
-            SwitchingMode::Wormhole => Switching::Wormhole,
-            SwitchingMode::VirtualCutThrough => Switching::VirtualCutThrough,
-        },
-        link: LinkConfig {
-            vcs: f.vcs,
-            buffer_depth: f.buffer_depth,
-            bandwidth_flits_per_s: f.bandwidth_flits_per_s,
-            propagation_ns: f.propagation_ns,
-            // Daemons share the machine's monotonic clock (docs/wire.md,
-            // "Propagation delay").
-            count_transit: true,
-            keepalive_interval_ns: f.keepalive_interval_ns,
-            dead_after_ns: f.dead_after_ns,
-            mtu: f.mtu,
-            pacing_quantum_ns: flitnet_runtime::event_loop::PACING_QUANTUM_NS,
-            catch_up_ns: flitnet_runtime::event_loop::CATCH_UP_NS,
-            retrain_ns: f.link_retrain_ns,
-            ..LinkConfig::default()
-        },
-        max_packet_flits: f.max_packet_flits.min(u16::MAX as u32) as u16,
-    }
-}
-
 impl Node for SwitchNode {
-    fn handle_datagram(&mut self, now: u64, port: PortNo, data: &[u8]) {
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
         // Errors (bad datagram, unknown port) are counted by the switch.
-        let _ = self.switch.handle_datagram_slice(now, port, data);
+        let _ = self.switch.handle_datagram(now, port, data);
     }
 
     fn handle_timeout(&mut self, now: u64) {
@@ -152,7 +121,9 @@ impl Node for SwitchNode {
     fn poll_timeout(&self) -> Option<u64> {
         self.switch.poll_timeout()
     }
+}
 
+impl Daemon for SwitchNode {
     fn control(&mut self, now: u64, request: Request) -> Response {
         let _ = now;
         match request {
@@ -509,7 +480,12 @@ fn main() -> Result<()> {
             args.config.display()
         );
     };
-    let mut switch = Switch::with_epoch(switch_config(&d.config, radix), flitnet_runtime::epoch())?;
+    let mut switch = Switch::with_epoch(
+        d.config
+            .fabric
+            .switch_config(radix, &flitnet_runtime::event_loop::LINK_DRIVER),
+        flitnet_runtime::epoch(),
+    )?;
     // SBRP's switch half: orphan absorption, NFTs, RRQs (docs/sbrp.md).
     switch.set_recovery(d.config.fabric.recovery);
     // Deadlock recovery by a head-of-queue lifetime (docs/sbrp.md).

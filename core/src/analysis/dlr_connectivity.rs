@@ -17,10 +17,10 @@
 //!   least common ancestor, §3.10);
 //! - the fabric is physically connected.
 //!
-//! [`DlrSwitch`]: crate::recovery::dlr::DlrSwitch
+//! [`DlrSwitch`]: crate::mechanism::dlr::DlrSwitch
 
-use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant};
-use crate::recovery::walk::{switch_links, Sweeper, WalkError};
+use crate::mechanism::dlr::walk::{switch_links, Sweeper, WalkError};
+use crate::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant};
 use crate::topology::generators::kary_ntree;
 use crate::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology, TopologyError};
 use rand::{seq::index::sample, SeedableRng};

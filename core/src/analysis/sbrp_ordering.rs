@@ -493,10 +493,9 @@ fn restart(
 /// (docs/sbrp.md, faithful mode, "Deadlock"); a head stuck that long is
 /// dropped and its message resent, so such a run still drains and counts.
 fn arm_deadlock_recovery(s: &mut Switch) {
-    s.set_head_of_queue_lifetime(Some(crate::switch::default_head_of_queue_lifetime_ns(
-        Some(LINK_FLITS_PER_S),
-        1,
-    )));
+    s.set_head_of_queue_lifetime(Some(
+        crate::mechanism::hoq::default_head_of_queue_lifetime_ns(Some(LINK_FLITS_PER_S), 1),
+    ));
 }
 
 /// One simulated run of `protocol` under `plan`.

@@ -3,9 +3,10 @@
 //! up JSON keys, so a renamed field is a compile error on both sides.
 
 use crate::host::endpoint::HostReport;
-use crate::host::intermediate::RouteTableSummary;
 use crate::link::Link;
-use crate::switch::{SbrpSwitchCounters, SwitchCounters};
+use crate::mechanism::intermediate::RouteTableSummary;
+use crate::mechanism::sbrp::SbrpSwitchCounters;
+use crate::switch::SwitchCounters;
 use crate::topology::PortNo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

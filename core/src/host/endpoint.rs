@@ -18,7 +18,6 @@
 //! is never a bottleneck), so credits flow back to the switch.
 
 use super::histogram::{Moments, Percentiles};
-use super::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use super::message::{OutPacket, Packetiser};
 use super::retained::ReleasePolicy;
 use super::sbrp::{self, ReceiverRecovery, RrqVerdict, SbrpConfig, SbrpStats, SenderRecovery};
@@ -26,6 +25,7 @@ use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
 use super::source::{Source, SourceConfig, SourceError, SourceStats};
 use crate::flit::Flit;
 use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
+use crate::mechanism::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
 use crate::topology::{HostId, PortNo};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -517,10 +517,13 @@ impl HostEndpoint {
     /// A datagram that arrived on `port` (copied once): the receive port's
     /// link if it is that port, the main link otherwise.
     pub fn handle_datagram_on(&mut self, now: u64, port: PortNo, data: &[u8]) {
+        self.handle_datagram_bytes_on(now, port, Bytes::copy_from_slice(data));
+    }
+
+    /// [`HostEndpoint::handle_datagram_on`] without copying.
+    pub fn handle_datagram_bytes_on(&mut self, now: u64, port: PortNo, data: Bytes) {
         self.tick(now);
-        let _ = self
-            .link_of_mut(port)
-            .handle_datagram(now, Bytes::copy_from_slice(data));
+        let _ = self.link_of_mut(port).handle_datagram(now, data);
         self.pump(now);
     }
 

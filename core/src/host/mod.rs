@@ -10,7 +10,6 @@
 
 pub mod endpoint;
 pub mod histogram;
-pub mod intermediate;
 pub mod message;
 pub mod retained;
 pub mod sbrp;

@@ -20,55 +20,14 @@
 //!   carries no data.
 
 use super::message::{OutPacket, Packetiser};
-use crate::flit::{flags, Flit, FlitKind, Head};
+use crate::flit::{flags, Flit};
+pub use crate::mechanism::sbrp::{
+    is_rrq, receiver_rrq_flit, rrq_flit, rrq_from_receiver, RecoveryProtocol,
+    RECEIVER_RRQ_MSG_FLITS,
+};
 use crate::topology::HostId;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-
-/// Which recovery protocol the fabric runs (spec 003 §5.4–§5.6).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RecoveryProtocol {
-    /// No recovery: packets cut by a fault are lost.
-    #[default]
-    None,
-    /// RRQ from C; the sender resends the whole packet (§5.4).
-    Sbrp0,
-    /// RRQ from C with C's count of forwarded flits; the sender resends from
-    /// `k_C − max_ca` (§5.5).
-    Sbrp1,
-    /// RRQ from the receiver on the NFT, with its contiguous prefix; the
-    /// sender resends exactly the rest (§5.6).
-    Sbrp2,
-}
-
-impl RecoveryProtocol {
-    /// The protocol's name, as the CLI, scenarios and reports spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RecoveryProtocol::None => "none",
-            RecoveryProtocol::Sbrp0 => "sbrp0",
-            RecoveryProtocol::Sbrp1 => "sbrp1",
-            RecoveryProtocol::Sbrp2 => "sbrp2",
-        }
-    }
-
-    pub fn is_on(self) -> bool {
-        self != RecoveryProtocol::None
-    }
-
-    /// Parses `none`, `sbrp0`/`sbrp-0`, `sbrp1`, `sbrp2`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_lowercase().replace('-', "").as_str() {
-            "none" | "off" => Some(RecoveryProtocol::None),
-            "sbrp0" => Some(RecoveryProtocol::Sbrp0),
-            "sbrp1" => Some(RecoveryProtocol::Sbrp1),
-            "sbrp2" => Some(RecoveryProtocol::Sbrp2),
-            _ => None,
-        }
-    }
-}
 
 /// Host-side SBRP parameters.
 ///
@@ -381,78 +340,6 @@ impl ReceiverRecovery {
     }
 }
 
-/// An RRQ: a one-flit packet to `to` asking it to resend `packet` of `msg`
-/// from flit `from`; `ssnf` is the SSNF of the interrupted sub-message.
-#[allow(clippy::too_many_arguments)]
-pub fn rrq_flit(
-    reporter: HostId,
-    to: HostId,
-    msg: u64,
-    packet: u32,
-    ssnf: u16,
-    from: u32,
-    vc: u8,
-    now: u64,
-) -> Flit {
-    Flit {
-        kind: FlitKind::HeadTail,
-        vc,
-        flags: flags::RECOVER_REQUEST,
-        msg,
-        packet,
-        seq: from,
-        head: Some(Head {
-            dst: to,
-            src: reporter,
-            msg_flits: 1,
-            submsg: ssnf,
-            born_ns: now,
-            ..Head::default()
-        }),
-        payload: Bytes::new(),
-    }
-}
-
-/// `head.msg_flits` of an RRQ a receiver made (a switch's RRQ, built by
-/// [`rrq_flit`], says 1). An RRQ's length is meaningless otherwise (it is
-/// one flit whatever the field says), so the field tells the sender who
-/// reported, without a new wire field: the sender charges node C's
-/// software overhead ([`SbrpConfig::switch_report_delay_ns`]) only on RRQs
-/// that are not marked.
-pub const RECEIVER_RRQ_MSG_FLITS: u32 = 2;
-
-/// An RRQ made by the receiver (SBRP-2, or the R-4 fallback): [`rrq_flit`]
-/// marked with [`RECEIVER_RRQ_MSG_FLITS`].
-#[allow(clippy::too_many_arguments)]
-pub fn receiver_rrq_flit(
-    reporter: HostId,
-    to: HostId,
-    msg: u64,
-    packet: u32,
-    ssnf: u16,
-    from: u32,
-    vc: u8,
-    now: u64,
-) -> Flit {
-    let mut f = rrq_flit(reporter, to, msg, packet, ssnf, from, vc, now);
-    if let Some(h) = f.head.as_mut() {
-        h.msg_flits = RECEIVER_RRQ_MSG_FLITS;
-    }
-    f
-}
-
-/// Whether an RRQ was made by the receiver rather than by a switch (C).
-pub fn rrq_from_receiver(f: &Flit) -> bool {
-    f.head
-        .as_ref()
-        .is_some_and(|h| h.msg_flits == RECEIVER_RRQ_MSG_FLITS)
-}
-
-/// Whether a flit is an RRQ (it goes to the sender half, not the sink).
-pub fn is_rrq(f: &Flit) -> bool {
-    f.flags & flags::RECOVER_REQUEST != 0
-}
-
 #[cfg(test)]
 #[path = "sbrp_tests.rs"]
 mod sim_tests;
@@ -460,6 +347,8 @@ mod sim_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flit::{FlitKind, Head};
+    use bytes::Bytes;
 
     /// The head of 16-flit message 7 from `src` to host 3 on ejection VC
     /// `vc`, and the NFT that cuts it after flit 5.

@@ -12,7 +12,7 @@ use crate::host::retained::ReleasePolicy;
 use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
-use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
+use crate::mechanism::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use crate::sim::Fabric;
 use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
 use crate::switch::{Switch, Switching};

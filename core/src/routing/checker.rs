@@ -226,7 +226,7 @@ pub fn next_vc(policy: &VcPolicy, in_port: PortNo, in_vc: u8, out_port: PortNo) 
             port_dim,
             dateline,
             ..
-        } => crate::switch::vc_alloc::leg_escape_vc(
+        } => super::vc::leg_escape_vc(
             *escape_per_leg,
             port_dim,
             dateline,

@@ -519,7 +519,7 @@ impl Ft2ei {
 /// `add_exclusion` on one port's exclusion slots (§4.4): union with
 /// intersecting intervals, else a free slot (< `n_ei` used), else merge with
 /// the stored interval giving the smallest result. Shared by the static
-/// oracle and the switch-side dynamic protocol ([`crate::recovery::ft2ei_dyn`]).
+/// oracle and the switch-side dynamic protocol ([`crate::mechanism::ft2ei_dyn`]).
 pub fn add_exclusion_to(slots: &mut Vec<CyclicInterval>, new: CyclicInterval, n_ei: usize, n: u32) {
     let mut acc = new;
     let mut merged = absorb_intersecting(slots, &mut acc, n);

@@ -19,7 +19,7 @@
 //!   way back is minimal again).
 //!
 //! With nothing left, the head is dropped and (SBRP) its source asked at
-//! once to resend: the resend is routed afresh (see `Switch::decide_local`).
+//! once to resend: the resend is routed afresh (see `crate::mechanism::local_reroute`).
 //!
 //! Deadlock: fault-free, the escape network (VC 0, e-cube / XY) is acyclic
 //! and connected, so Duato's theorem holds (the checker verifies it). After
@@ -36,7 +36,7 @@ use super::{RoutingEngine, RoutingError};
 use crate::topology::generators::direct_port;
 use crate::topology::{Family, FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 
-const NAME: &str = "local-reroute";
+pub const NAME: &str = "local-reroute";
 
 /// Adaptive-escape tables with misroute ports and the
 /// [`VcPolicy::LocalReroute`] policy (meshes and hypercubes).

@@ -28,6 +28,7 @@ pub mod ruft;
 pub mod smodk;
 pub mod tables;
 pub mod updown;
+pub mod vc;
 
 pub use tables::*;
 

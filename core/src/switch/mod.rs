@@ -9,12 +9,17 @@
 //! port; granted flits move into the output link (consuming a credit) and
 //! their input slot is released (a credit owed upstream). Rounds repeat
 //! until nothing moves.
+//!
+//! Recovery and routing mechanisms (SBRP, DLR, dynamic FT²EI, intermediate
+//! nodes, local rerouting, the head-of-queue lifetime) are not written
+//! here: each is a [`hook::SwitchHook`] in its folder of
+//! [`crate::mechanism`], which also builds switches (`Switch::new`) with
+//! the hooks every switch carries.
 
 pub mod counters;
-pub mod ft2ei_dyn;
+pub mod hook;
 pub mod input;
 pub mod output;
-pub mod reroute;
 pub mod routing;
 pub mod sw_alloc;
 pub mod vc_alloc;
@@ -23,14 +28,13 @@ pub use counters::{
     DropCounters, DropReason, Ft2eiCounters, PortCounters, SwitchCounters, VcCounters,
 };
 
-use crate::flit::{flags, route_flags, Flit, FlitKind};
-use crate::host::sbrp::{self, RecoveryProtocol};
+use crate::flit::{flags, route_flags, Flit, Head};
 use crate::link::{ConfigError, Link, LinkConfig, LinkErrorCause, LinkEvent};
-use crate::recovery::ft2ei_dyn::DynRoute as ft2ei_dyn_route;
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::PortNo;
 use crate::wire::WireError;
 use bytes::Bytes;
+use hook::{Installed, Intercept, SwitchHook};
 use input::{InState, InputVc, Tracked};
 use output::OutputVcs;
 use routing::Route;
@@ -49,56 +53,6 @@ pub enum Switching {
     /// A head moves only when the downstream VC has credits for the whole
     /// packet, so a blocked packet sits entirely in one buffer.
     VirtualCutThrough,
-}
-
-/// Buffer drains in the default head-of-queue lifetime
-/// ([`default_head_of_queue_lifetime_ns`]).
-pub const HOQ_LIFETIME_BUFFER_DRAINS: u64 = 128;
-
-/// The head-of-queue lifetime (see [`Switch::set_head_of_queue_lifetime`])
-/// for links of `bandwidth_flits_per_s` (None: unpaced, taken as 1 µs per
-/// flit) and input buffers of `buffer_depth` flits:
-/// [`HOQ_LIFETIME_BUFFER_DRAINS`] times the time one full input buffer
-/// takes to drain at link rate (`buffer_depth` flit times; see
-/// [`default_head_of_queue_lifetime_for_packets_ns`] for long packets).
-///
-/// Why that long: a head that is not deadlocked waits for the worm that
-/// holds its output VC, which moves as soon as the worm ahead of it does.
-/// Behind a hot spot a head waits for the packets ahead of it for that
-/// output (the other `(radix − 1) × vcs` input VCs, each up to a full
-/// buffer), so ordinary waits are a few buffer drains; 128 leaves an order
-/// of magnitude above that (in the simulator's fault-free 7×7 mesh at
-/// twice the seed 003 load no head waited more than 1/30 of it, 680 ns of
-/// 20 µs: `sim_hoq_tests`). Why not longer: a deadlocked head never moves,
-/// the lifetime is the recovery's latency, and around two dead routers the
-/// deadlock re-forms again and again (on real processes, 7×7 mesh, r10 and
-/// r38 dead: 410 ms (1024 drains) still held 370 messages when the drain
-/// gave up, 51 ms none; docs/sbrp.md "Deadlock"). `flitctl` adds a floor
-/// for the daemons' scheduling delays.
-pub fn default_head_of_queue_lifetime_ns(
-    bandwidth_flits_per_s: Option<u64>,
-    buffer_depth: u16,
-) -> u64 {
-    default_head_of_queue_lifetime_for_packets_ns(bandwidth_flits_per_s, buffer_depth, 0)
-}
-
-/// [`default_head_of_queue_lifetime_ns`] for packets of up to
-/// `max_packet_flits`: a worm holds its output VC until its tail passes,
-/// so with packets longer than a buffer each one ahead of a waiting head
-/// costs its length, not a buffer; the drain unit is
-/// `max(buffer_depth, max_packet_flits)` flit times.
-pub fn default_head_of_queue_lifetime_for_packets_ns(
-    bandwidth_flits_per_s: Option<u64>,
-    buffer_depth: u16,
-    max_packet_flits: u32,
-) -> u64 {
-    let flit_ns = bandwidth_flits_per_s
-        .filter(|&b| b > 0)
-        .map_or(1_000, |b| (1_000_000_000 / b).max(1));
-    let drain = (buffer_depth as u64).max(max_packet_flits as u64).max(1);
-    HOQ_LIFETIME_BUFFER_DRAINS
-        .saturating_mul(drain)
-        .saturating_mul(flit_ns)
 }
 
 /// Static parameters of a switch.
@@ -211,16 +165,17 @@ pub enum SwitchEvent {
 /// Events kept before the oldest are discarded (and counted).
 const MAX_EVENTS: usize = 4096;
 
-struct Port {
-    link: Link,
+pub(crate) struct Port {
+    pub link: Link,
     /// Admin down, or the peer declared dead: packets routed here are dropped.
-    failed: bool,
+    pub failed: bool,
     /// The link's `rx_bad_vc` already counted as drops.
     bad_vc_seen: u64,
 }
 
 /// An allocation decision for the head at the front of an input VC.
-enum Decision {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
     /// Blocked; `on_credits` names the output VC whose credits it awaits.
     Wait {
         on_credits: Option<(usize, u8)>,
@@ -234,102 +189,34 @@ enum Decision {
 
 /// A switch: `radix` ports, each one end of a [`Link`].
 pub struct Switch {
-    cfg: SwitchConfig,
-    table: Option<SwitchTable>,
-    policy: VcPolicy,
-    ports: Vec<Port>,
-    inputs: Vec<InputVc>,
-    outputs: OutputVcs,
+    pub(crate) cfg: SwitchConfig,
+    pub(crate) table: Option<SwitchTable>,
+    pub(crate) policy: VcPolicy,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) inputs: Vec<InputVc>,
+    pub(crate) outputs: OutputVcs,
     alloc: SwitchAllocator,
     grants: Vec<(u16, u32)>,
     /// Input VCs that requested in the last allocation round (scratch).
     requesters: Vec<u32>,
     next_requesters: Vec<u32>,
-    counters: SwitchCounters,
+    pub(crate) counters: SwitchCounters,
     events: VecDeque<SwitchEvent>,
     next_tx_port: usize,
-    now: u64,
-    /// Dynamic local rerouting (seed 002), when on: see [`reroute`].
-    reroute: Option<crate::recovery::dlr::DlrSwitch>,
-    /// Why DLR discarded the head it decided last (if it did).
-    dlr_discard: Option<crate::recovery::dlr::DiscardReason>,
-    /// Dynamic FT²EI (seed 000 §4.5), when on: see [`ft2ei_dyn`].
-    ft2ei: Option<crate::recovery::ft2ei_dyn::Ft2eiDynSwitch>,
-    /// CTRL copies to send, each bound to its port, fed through the local
-    /// input ahead of the RRQs.
-    ctrl_pending: VecDeque<(PortNo, Flit)>,
-    /// The port of the CTRL now in the local input.
-    ctrl_local_port: Option<PortNo>,
-    ft2ei_error: Option<String>,
-    /// SBRP (spec 003 §5): the protocol, and RRQs waiting for the local
-    /// input VC (input index `radix * vcs`, which has no link).
-    recovery: RecoveryProtocol,
-    rrq_pending: VecDeque<Flit>,
-    /// RRQs whose route leads to a dead port: kept until a new table (or
-    /// the port coming back) may route them, then re-injected through the
-    /// local input. Dropping them would lose the recovery they ask for.
-    rrq_parked: VecDeque<Flit>,
-    /// Per output VC (`port * vcs + vc`), the packets whose tail already
-    /// left on it, with the VC's flit count at their tail: spec 003's R-3
-    /// "shadow" of node C. A packet whose tail is among the flits the peer
-    /// has not freed yet may still die on the link (case d: C no longer
-    /// tracks it, and if its head died too nobody else will report it).
-    shadows: Vec<VecDeque<(u64, Tracked)>>,
-    sbrp: SbrpSwitchCounters,
-    /// Head-of-queue lifetime (ns), when on: see
-    /// [`Switch::set_head_of_queue_lifetime`].
-    hoq_lifetime_ns: Option<u64>,
-    /// The earliest instant a waiting head's lifetime runs out, as of the
-    /// last allocation pass (a head granted since leaves it early: one
-    /// spurious wake-up, after which the next pass recomputes it).
-    hoq_next: Option<u64>,
+    pub(crate) now: u64,
+    /// The mechanisms' hooks, in registry order (see [`hook`]).
+    hooks: Vec<Installed>,
 }
-
-/// What this switch did for SBRP.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SbrpSwitchCounters {
-    /// Recover requests generated as node C (or for a head whose output died).
-    pub rrq_sent: u64,
-    /// Non-final tails generated as node A.
-    pub nft_generated: u64,
-    /// Packets whose output died mid-packet (their rest is absorbed).
-    pub cut_packets: u64,
-    /// RRQs not queued because the queue was full.
-    pub rrq_overflow: u64,
-    /// Packets reported from the R-3 shadow: their tail had left, but not
-    /// yet been freed by the peer, when the port died (part of
-    /// `cut_packets`).
-    #[serde(default)]
-    pub shadow_reports: u64,
-    /// RRQs (own or passing through) that found their route dead and
-    /// waited for new tables instead of being dropped.
-    #[serde(default)]
-    pub rrq_parked: u64,
-    /// With dynamic local rerouting: RRQs passing through that DLR could not
-    /// route on (their detour's return path died) and that this switch
-    /// started afresh from its local input instead of parking them.
-    #[serde(default)]
-    pub rrq_restarted: u64,
-}
-
-/// RRQs a switch queues at most (a burst of cuts after a node death).
-const MAX_PENDING_RRQS: usize = 4096;
-
-/// Under DLR, the RRQ for a head DLR discards is sent at once while the
-/// packet has been resent fewer times than this (its SSNF); after that it is
-/// parked until a port comes back. Within DLR's guarantee one fresh route
-/// from the source suffices; beyond it (more than k−1 faults, a switch fault
-/// under a link-only variant) every resend may meet the same dead end, and
-/// without this bound sender and switch would bounce it forever.
-const DLR_EAGER_RESENDS: u16 = 8;
 
 impl Switch {
-    pub fn new(cfg: SwitchConfig) -> Result<Self, ConfigError> {
-        Self::with_epoch(cfg, 1)
-    }
-
-    /// A switch whose links announce `epoch` (see [`Link::with_epoch`]).
-    pub fn with_epoch(cfg: SwitchConfig, epoch: u16) -> Result<Self, ConfigError> {
+    /// A switch whose links announce `epoch` (see [`Link::with_epoch`]),
+    /// carrying the `hooks` (ranked) every switch has: what
+    /// `crate::mechanism`'s `Switch::new` and `Switch::with_epoch` build.
+    pub(crate) fn with_hooks(
+        cfg: SwitchConfig,
+        epoch: u16,
+        hooks: Vec<(usize, Box<dyn SwitchHook>)>,
+    ) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let link_cfg = cfg.port_link();
         let mut ports = Vec::with_capacity(cfg.radix);
@@ -368,148 +255,81 @@ impl Switch {
             events: VecDeque::new(),
             next_tx_port: 0,
             now: 0,
-            reroute: None,
-            dlr_discard: None,
-            ft2ei: None,
-            ctrl_pending: VecDeque::new(),
-            ctrl_local_port: None,
-            ft2ei_error: None,
-            recovery: RecoveryProtocol::None,
-            rrq_pending: VecDeque::new(),
-            rrq_parked: VecDeque::new(),
-            shadows: vec![VecDeque::new(); cfg.radix * vcs],
-            sbrp: SbrpSwitchCounters::default(),
-            hoq_lifetime_ns: None,
-            hoq_next: None,
+            hooks: hooks
+                .into_iter()
+                .map(|(rank, hook)| Installed { rank, hook })
+                .collect(),
             cfg,
         })
     }
 
-    /// Selects the recovery protocol (spec 003 §5). With one, a port that
-    /// dies mid-packet no longer leaves the packet open: as node C (output
-    /// died) the switch absorbs the rest and, for SBRP-0/1, sends the
-    /// source a recover request; as node A (input died) it closes the
-    /// packet downstream with a non-final tail. See `docs/sbrp.md`.
-    pub fn set_recovery(&mut self, protocol: RecoveryProtocol) {
-        self.recovery = protocol;
-    }
-
-    pub fn recovery(&self) -> RecoveryProtocol {
-        self.recovery
-    }
-
-    pub fn sbrp_counters(&self) -> &SbrpSwitchCounters {
-        &self.sbrp
-    }
-
-    /// Deadlock recovery by a head-of-queue lifetime, as InfiniBand
-    /// switches do (HOQ lifetime) and as Disha's `t_deadlock` (spec 003
-    /// §5.10): a head that has waited at the front of its input VC for an
-    /// output VC for `lifetime_ns` (`Some`) without being granted one is
-    /// presumed deadlocked and discarded with the rest of its worm (the
-    /// flits here and those still arriving, each credited back upstream),
-    /// counted as [`DropReason::HoqLifetime`]. With SBRP on, its source is
-    /// asked for a resend at once, as for a head local rerouting cannot
-    /// route; a recover request that waits that long is started afresh
-    /// from the local input instead. `None` (the default) turns it off.
-    ///
-    /// A setter (as [`Switch::set_recovery`]) rather than a
-    /// [`SwitchConfig`] field: it is a policy of the recovery layer, and
-    /// the simulator and its tests build `SwitchConfig` field by field.
-    /// The time comes from the switch's inputs (`now` of the last datagram
-    /// or timeout); the deadline is part of [`Switch::poll_timeout`].
-    pub fn set_head_of_queue_lifetime(&mut self, lifetime_ns: Option<u64>) {
-        self.hoq_lifetime_ns = lifetime_ns.filter(|&l| l > 0);
-        self.pump();
-    }
-
-    pub fn head_of_queue_lifetime(&self) -> Option<u64> {
-        self.hoq_lifetime_ns
-    }
-
-    /// Flits that may be lost between C's count and A (`max_ca`, spec 003
-    /// §8 item 6): B's input buffer plus what B may hold toward A (its
-    /// output queue is bounded by A's credits), one buffer depth each.
-    fn max_ca(&self) -> u32 {
-        2 * self.cfg.buffer_depth as u32
-    }
-
-    /// Queues a recover request for a packet this switch could not carry
-    /// past a dead output (as node C, spec 003 §5.11.2 `FRH_C`).
-    fn report_cut(&mut self, t: Tracked) {
-        self.queue_rrq(t, false);
-    }
-
-    /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
-    /// it to the receiver) and queues it, or parks it until new tables when
-    /// `park` (the packet's route is a dead port: a resend sent before the
-    /// tables change would take the same dead route and be cut again).
-    fn queue_rrq(&mut self, t: Tracked, park: bool) {
-        if t.is_rrq {
-            return;
+    /// Installs (`Some`) or removes (`None`) the hook of mechanism `name`,
+    /// which runs at `rank` among the others.
+    pub(crate) fn set_hook(&mut self, rank: usize, name: &str, hook: Option<Box<dyn SwitchHook>>) {
+        self.hooks.retain(|h| h.hook.name() != name);
+        if let Some(hook) = hook {
+            let at = self.hooks.partition_point(|h| h.rank <= rank);
+            self.hooks.insert(at, Installed { rank, hook });
         }
-        let from = match self.recovery {
-            RecoveryProtocol::None => return,
-            RecoveryProtocol::Sbrp0 => t.first_seq,
-            RecoveryProtocol::Sbrp1 => t.first_seq + t.forwarded.saturating_sub(self.max_ca()),
-            // SBRP-2 leaves the RRQ to the receiver, unless the head itself
-            // may have died in B (head loss, spec 003 §8 item 4: the hybrid
-            // the digest suggests): then nothing reaches the receiver.
-            RecoveryProtocol::Sbrp2 if t.forwarded <= self.max_ca() => t.first_seq,
-            RecoveryProtocol::Sbrp2 => return,
-        };
-        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
-            self.sbrp.rrq_overflow += 1;
-            return;
+    }
+
+    /// The installed hook of type `T`, if any.
+    pub(crate) fn hook<T: SwitchHook>(&self) -> Option<&T> {
+        self.hooks
+            .iter()
+            .find_map(|h| h.hook.as_any().downcast_ref::<T>())
+    }
+
+    /// The installed hook of type `T`, if any.
+    pub(crate) fn hook_mut<T: SwitchHook>(&mut self) -> Option<&mut T> {
+        self.hooks
+            .iter_mut()
+            .find_map(|h| h.hook.as_any_mut().downcast_mut::<T>())
+    }
+
+    /// Runs `f` on every hook in rank order until one returns `Some`. The
+    /// hooks are taken out of the switch meanwhile (a move of the list, no
+    /// allocation), so that each gets the switch mutably.
+    fn first_hook<R>(
+        &mut self,
+        mut f: impl FnMut(&mut dyn SwitchHook, &mut Switch) -> Option<R>,
+    ) -> Option<R> {
+        if self.hooks.is_empty() {
+            return None;
         }
-        self.sbrp.rrq_sent += 1;
-        let rrq = sbrp::rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, self.now);
-        if park {
-            self.sbrp.rrq_parked += 1;
-            self.rrq_parked.push_back(rrq);
-        } else {
-            self.rrq_pending.push_back(rrq);
-        }
+        let mut hooks = std::mem::take(&mut self.hooks);
+        let r = hooks.iter_mut().find_map(|h| f(h.hook.as_mut(), self));
+        debug_assert!(self.hooks.is_empty(), "a hook changed the hooks");
+        self.hooks = hooks;
+        r
+    }
+
+    /// Runs `f` on every hook in rank order.
+    fn each_hook(&mut self, mut f: impl FnMut(&mut dyn SwitchHook, &mut Switch)) {
+        self.first_hook(|h, sw| {
+            f(h, sw);
+            None::<()>
+        });
     }
 
     /// Index of the first local input VC (no link behind it).
-    fn local_input(&self) -> usize {
+    pub(crate) fn local_input(&self) -> usize {
         self.cfg.radix * self.cfg.vcs as usize
     }
 
-    /// Whether the head DLR (or seed 003's local rerouting,
-    /// [`VcPolicy::LocalReroute`]) just discarded at input VC `i` may be
-    /// routed again from scratch with a chance of success (no controller
-    /// will install tables that would unpark it): local rerouting is on, the head came
-    /// in on a link (a packet this switch injected itself was already routed
-    /// from scratch), and its destination is not cut off (the leaf's host
-    /// link is dead: nothing reaches it until that port is back).
-    fn dlr_may_route_afresh(&self, i: usize) -> bool {
-        use crate::recovery::dlr::DiscardReason;
-        (self.reroute.is_some() || self.policy == VcPolicy::LocalReroute)
-            && i < self.local_input()
-            && self.dlr_discard != Some(DiscardReason::HostLinkDown)
-    }
-
-    /// Moves the next queued RRQ into the local input VC if it is free;
-    /// returns whether it did.
+    /// Moves the next flit a hook makes into the local input VC if it is
+    /// free; returns whether it did.
     fn feed_local_input(&mut self) -> bool {
         let l = self.local_input();
-        if self.inputs[l].is_empty() && self.inputs[l].state == InState::Idle {
-            // Control packets first: they keep reconfiguration short (§4.5).
-            if let Some((port, f)) = self.ctrl_pending.pop_front() {
-                self.inputs[l].buf.push_back(f);
-                self.inputs[l].synthetic_tail = true;
-                self.ctrl_local_port = Some(port);
-                return true;
-            }
-            if let Some(f) = self.rrq_pending.pop_front() {
-                self.inputs[l].buf.push_back(f);
-                self.inputs[l].synthetic_tail = true;
-                return true;
-            }
+        if !(self.inputs[l].is_empty() && self.inputs[l].state == InState::Idle) {
+            return false;
         }
-        false
+        let Some(f) = self.first_hook(|h, sw| h.inject(sw)) else {
+            return false;
+        };
+        self.inputs[l].buf.push_back(f);
+        self.inputs[l].synthetic_tail = true;
+        true
     }
 
     pub fn config(&self) -> &SwitchConfig {
@@ -521,12 +341,18 @@ impl Switch {
     pub fn install_table(&mut self, table: SwitchTable, policy: VcPolicy) {
         self.table = Some(table);
         self.policy = policy;
-        self.unpark_rrqs();
+        self.each_hook(|h, sw| h.on_routes_changed(sw));
     }
 
-    /// Parked RRQs get another chance (new tables, or a port back up).
-    fn unpark_rrqs(&mut self) {
-        self.rrq_pending.extend(self.rrq_parked.drain(..));
+    /// The table installed last, and its VC policy.
+    pub fn table(&self) -> (Option<&SwitchTable>, &VcPolicy) {
+        (self.table.as_ref(), &self.policy)
+    }
+
+    /// Whether port `p` can carry traffic now: not administratively down,
+    /// its peer not declared dead.
+    pub(crate) fn port_alive(&self, p: usize) -> bool {
+        !self.ports[p].failed && self.ports[p].link.is_admin_up()
     }
 
     fn check_port(&self, port: PortNo) -> Result<usize, SwitchError> {
@@ -556,7 +382,7 @@ impl Switch {
         self.ports[p].link.set_admin_up(up);
         if up {
             self.ports[p].failed = false;
-            self.unpark_rrqs();
+            self.each_hook(|h, sw| h.on_routes_changed(sw));
             self.push_event(SwitchEvent::PortUp { port });
         } else {
             self.fail_port(p);
@@ -582,7 +408,7 @@ impl Switch {
         self.events.pop_front()
     }
 
-    fn push_event(&mut self, e: SwitchEvent) {
+    pub(crate) fn push_event(&mut self, e: SwitchEvent) {
         if self.events.len() >= MAX_EVENTS {
             self.events.pop_front();
             self.counters.events_lost += 1;
@@ -657,7 +483,7 @@ impl Switch {
         self.ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
-            .chain(self.hoq_next)
+            .chain(self.hooks.iter().filter_map(|h| h.hook.poll_timeout()))
             .min()
     }
 
@@ -668,7 +494,7 @@ impl Switch {
             match e {
                 LinkEvent::PeerUp => {
                     self.ports[p].failed = false;
-                    self.unpark_rrqs();
+                    self.each_hook(|h, sw| h.on_routes_changed(sw));
                     self.push_event(SwitchEvent::PortUp { port });
                 }
                 LinkEvent::PeerDown => {
@@ -736,27 +562,7 @@ impl Switch {
     fn fail_port(&mut self, p: usize) {
         let newly = !self.ports[p].failed;
         self.ports[p].failed = true;
-        if newly {
-            self.ft2ei_local_fault(p);
-        }
-        if self.recovery.is_on() {
-            // R-3 (spec 003 §8 item 3): packets whose tail left on this
-            // port but is not yet freed by the peer may be lost with it.
-            let vcs = self.cfg.vcs as usize;
-            let depth = self.cfg.buffer_depth;
-            for vc in 0..vcs {
-                let sent = self.counters.ports[p].vcs[vc].tx_flits;
-                let outstanding = depth.saturating_sub(self.ports[p].link.credits(vc as u8)) as u64;
-                let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
-                for (tail_no, t) in shadows {
-                    if tail_no + outstanding > sent {
-                        self.sbrp.cut_packets += 1;
-                        self.sbrp.shadow_reports += 1;
-                        self.report_cut(t);
-                    }
-                }
-            }
-        }
+        self.each_hook(|h, sw| h.on_port_failed(sw, p, newly));
         let discarded = self.ports[p].link.discard_queued();
         if discarded > 0 {
             self.counters.drops.port_down += discarded as u64;
@@ -770,23 +576,20 @@ impl Switch {
             {
                 if out as usize == p {
                     self.outputs.release(p, out_vc);
-                    // Node C (spec 003 §5.11.2): absorb the orphans up to
-                    // the tail (credits keep flowing upstream) and report.
+                    // Absorb the orphans up to the tail (credits keep
+                    // flowing upstream).
                     self.inputs[i].state = InState::Dropping {
                         reason: DropReason::PortDown,
                     };
-                    if started && self.recovery.is_on() {
-                        self.sbrp.cut_packets += 1;
-                        if let Some(t) = self.inputs[i].track.take() {
-                            self.report_cut(t);
-                        }
+                    if started {
+                        self.each_hook(|h, sw| h.on_packet_cut(sw, i));
                     }
                 }
             }
         }
     }
 
-    fn count_drop(&mut self, port: usize, vc: u8, reason: DropReason, n: u64, msg: u64) {
+    pub(crate) fn count_drop(&mut self, port: usize, vc: u8, reason: DropReason, n: u64, msg: u64) {
         if let Some(c) = self.counters.ports.get_mut(port) {
             c.drops.add(reason, n);
         }
@@ -800,7 +603,7 @@ impl Switch {
     }
 
     /// Removes the front flit of input VC `i` and frees its slot upstream.
-    fn pop_input(&mut self, i: usize) -> Option<Flit> {
+    pub(crate) fn pop_input(&mut self, i: usize) -> Option<Flit> {
         let vcs = self.cfg.vcs as usize;
         let (p, vc) = (i / vcs, i % vcs);
         let f = self.inputs[i].buf.pop_front()?;
@@ -820,40 +623,39 @@ impl Switch {
         Some(f)
     }
 
-    /// Route and VC allocation for a head of input VC `i`.
+    /// Route and VC allocation for a head of input VC `i` by the
+    /// installed table.
     fn decide(&self, i: usize, f: &Flit) -> Decision {
-        let vcs = self.cfg.vcs as usize;
-        let (in_port, in_vc) = (i / vcs, (i % vcs) as u8);
         let Some(head) = f.head.as_ref() else {
             return Decision::Drop(DropReason::Orphan);
         };
-        let dyn_ports: Vec<PortNo>;
-        let route = match self.ft2ei_route(in_port, head) {
-            Some(ft2ei_dyn_route::Ports(p)) => {
-                dyn_ports = p;
-                Route::Adaptive {
-                    candidates: &dyn_ports,
-                    escape: None,
-                }
-            }
-            Some(ft2ei_dyn_route::Deflect(p)) => Route::Fixed(p),
-            Some(ft2ei_dyn_route::None) => return Decision::Drop(DropReason::NoRoute),
-            None => {
-                let Some(table) = self.table.as_ref() else {
-                    return Decision::Drop(DropReason::NoRoute);
-                };
-                let Some(route) = routing::lookup(table, routing::target(head)) else {
-                    return Decision::Drop(DropReason::NoRoute);
-                };
-                route
-            }
+        let Some(table) = self.table.as_ref() else {
+            return Decision::Drop(DropReason::NoRoute);
         };
-        let need = match self.cfg.switching {
+        let Some(route) = routing::lookup(table, routing::target(head)) else {
+            return Decision::Drop(DropReason::NoRoute);
+        };
+        self.decide_route(i, head, f.seq, route)
+    }
+
+    /// Credits a head (flit number `seq`) needs to be admitted downstream:
+    /// one under wormhole switching, its whole rest under virtual
+    /// cut-through.
+    pub(crate) fn need(&self, head: &Head, seq: u32) -> u16 {
+        match self.cfg.switching {
             Switching::Wormhole => 1,
             Switching::VirtualCutThrough => {
-                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
+                vc_alloc::vct_need(self.cfg.max_packet_flits, head, seq)
             }
-        };
+        }
+    }
+
+    /// VC allocation for `head` (flit number `seq`) at input VC `i` among
+    /// the ports `route` offers, under the installed VC policy.
+    pub(crate) fn decide_route(&self, i: usize, head: &Head, seq: u32, route: Route) -> Decision {
+        let vcs = self.cfg.vcs as usize;
+        let (in_port, in_vc) = (i / vcs, (i % vcs) as u8);
+        let need = self.need(head, seq);
         // Credits a port/VC offers, or why it cannot be used at all.
         let assess = |port: PortNo| -> Result<(u8, u16), DropReason> {
             let out = port as usize;
@@ -917,140 +719,10 @@ impl Switch {
         }
     }
 
-    /// Seed 004 §3.2 "no ejection": while the head at the front of input VC
-    /// `i` is routed toward an intermediate node attached to this switch,
-    /// that leg is over: pop it (advance `leg`), so the packet is routed on
-    /// toward its next target without visiting the intermediate's host.
-    fn advance_leg(&mut self, i: usize) {
-        let VcPolicy::Legs { local_hosts, .. } = &self.policy else {
-            return;
-        };
-        let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) else {
-            return;
-        };
-        let n = (h.n_intermediates as usize).min(h.intermediates.len());
-        // Never in the middle of a forced misroute prefix (§3.10).
-        while (h.leg as usize) < n
-            && h.pending_run().is_none()
-            && local_hosts.contains(&h.intermediates[h.leg as usize])
-        {
-            h.leg += 1;
-            self.counters.intermediate_pops += 1;
-        }
-    }
-
-    /// Route and VC allocation under [`VcPolicy::Legs`] (seed 004 §3.2,
-    /// §3.9): Duato's protocol toward the head's current target, with the
-    /// adaptive VCs shared by all legs and one escape set per leg. A head
-    /// whose leg has D set (§3.5) may only take the escape port (on an
-    /// adaptive VC of that port if one has room, §8 item 13, else on its
-    /// leg's escape VC).
-    fn decide_legs(&self, i: usize, f: &Flit) -> Decision {
-        let VcPolicy::Legs {
-            legs,
-            escape_per_leg,
-            port_dim,
-            dateline,
-            dir_ports,
-            ..
-        } = &self.policy
-        else {
-            return Decision::Drop(DropReason::BadVc);
-        };
-        let vcs = self.cfg.vcs as usize;
-        let (in_port, in_vc) = (i / vcs, (i % vcs) as u8);
-        let Some(head) = f.head.as_ref() else {
-            return Decision::Drop(DropReason::Orphan);
-        };
-        if head.leg >= *legs {
-            return Decision::Drop(DropReason::LegVc);
-        }
-        // A forced misroute hop (seed 004 M): its direction's port only, on
-        // an adaptive VC if one has room, else on the leg's escape VC.
-        let forced = head
-            .pending_run()
-            .map(|(_, dir)| dir_ports.get(dir as usize).copied());
-        let forced_port;
-        let (candidates, escape): (&[PortNo], PortNo) = match forced {
-            Some(None) => return Decision::Drop(DropReason::BadRoute),
-            Some(Some(p)) => {
-                forced_port = [p];
-                (&forced_port, p)
-            }
-            None => {
-                let Some(table) = self.table.as_ref() else {
-                    return Decision::Drop(DropReason::NoRoute);
-                };
-                let Some(route) = routing::lookup(table, routing::target(head)) else {
-                    return Decision::Drop(DropReason::NoRoute);
-                };
-                match route {
-                    Route::Fixed(p) => (&[], p),
-                    Route::Adaptive { candidates, escape } => {
-                        match escape.or_else(|| candidates.first().copied()) {
-                            Some(e) => (candidates, e),
-                            None => return Decision::Drop(DropReason::NoRoute),
-                        }
-                    }
-                }
-            }
-        };
-        let need = match self.cfg.switching {
-            Switching::Wormhole => 1,
-            Switching::VirtualCutThrough => {
-                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
-            }
-        };
-        let usable = |port: PortNo| -> Result<usize, DropReason> {
-            let out = port as usize;
-            if out >= self.ports.len() {
-                return Err(DropReason::BadRoute);
-            }
-            if self.ports[out].failed || !self.ports[out].link.is_admin_up() {
-                return Err(DropReason::PortDown);
-            }
-            Ok(out)
-        };
-        let escape_base = legs.saturating_mul(*escape_per_leg);
-        let deterministic =
-            forced.is_some() || route_flags::is_deterministic(head.route_flags, head.leg);
-        // Adaptive VCs: any minimal port (only the escape port under D).
-        let single = [escape];
-        let adaptive_ports: &[PortNo] = if deterministic { &single } else { candidates };
-        let live = adaptive_ports.iter().filter_map(|&c| usable(c).ok());
-        if let Some((out, out_vc)) = self.most_credited_vc(live, escape_base..self.cfg.vcs, need) {
-            return Decision::Grant { out, out_vc };
-        }
-        let out = match usable(escape) {
-            Ok(out) => out,
-            // A dead escape port: wait if some adaptive candidate lives.
-            Err(DropReason::PortDown)
-                if escape_base < self.cfg.vcs
-                    && adaptive_ports.iter().any(|&c| usable(c).is_ok()) =>
-            {
-                return Decision::Wait { on_credits: None };
-            }
-            Err(r) => return Decision::Drop(r),
-        };
-        let out_vc = vc_alloc::leg_escape_vc(
-            *escape_per_leg,
-            port_dim,
-            dateline,
-            head.leg,
-            in_port,
-            in_vc,
-            out,
-        );
-        if out_vc >= self.cfg.vcs {
-            return Decision::Drop(DropReason::LegVc);
-        }
-        self.admit(out, out_vc, need)
-    }
-
     /// Output VC `out_vc` of port `out` for a head that needs `need`
     /// credits: granted when the VC is free (under virtual cut-through,
     /// with room for `need`), else wait for it (on its credits if free).
-    fn admit(&self, out: usize, out_vc: u8, need: u16) -> Decision {
+    pub(crate) fn admit(&self, out: usize, out_vc: u8, need: u16) -> Decision {
         let free = self.outputs.is_free(out, out_vc);
         let admitted = match self.cfg.switching {
             Switching::Wormhole => free,
@@ -1067,7 +739,7 @@ impl Switch {
 
     /// Among the free VCs `vcs` of the ports `outs` with at least `need`
     /// credits, the one with the most (the first met on a tie).
-    fn most_credited_vc(
+    pub(crate) fn most_credited_vc(
         &self,
         outs: impl Iterator<Item = usize>,
         vcs: std::ops::Range<u8>,
@@ -1086,119 +758,6 @@ impl Switch {
             }
         }
         best.map(|(out, vc, _)| (out, vc))
-    }
-
-    /// The adaptive entry of the installed table for `head`'s target.
-    fn adaptive_entry(&self, head: &crate::flit::Head) -> Option<&crate::routing::AdaptiveEntry> {
-        match self.table.as_ref()? {
-            SwitchTable::Adaptive(a) => a.entries.get(routing::target(head) as usize),
-            _ => None,
-        }
-    }
-
-    /// Under [`VcPolicy::LocalReroute`], after the head of input VC `i` was
-    /// granted `out`: if that is not a minimal port, it was the packet's one
-    /// misroute; mark the head so it takes no second one.
-    fn mark_local_misroute(&mut self, i: usize, out: usize) {
-        let Some(head) = self.inputs[i].buf.front().and_then(|f| f.head.as_ref()) else {
-            return;
-        };
-        let minimal = self.adaptive_entry(head).is_none_or(|e| {
-            e.candidates.contains(&(out as PortNo)) || e.escape == Some(out as PortNo)
-        });
-        if minimal {
-            return;
-        }
-        if let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) {
-            h.route_flags |= route_flags::LOCAL_MISROUTED;
-            self.counters.misroute_hops += 1;
-        }
-    }
-
-    /// Route and VC allocation under [`VcPolicy::LocalReroute`] (seed 003's
-    /// local fault handling, `routing::local_reroute`): an adaptive VC (1
-    /// and up) on the live minimal port with the most credits, else the
-    /// escape VC 0 on the escape port; if every minimal port is dead, one
-    /// misroute per packet on an adaptive VC. Never a dead port, never back
-    /// out of the input port. Nothing left: drop (the caller asks for a
-    /// resend).
-    fn decide_local(&self, i: usize, f: &Flit) -> Decision {
-        let vcs = self.cfg.vcs as usize;
-        let in_port = i / vcs;
-        let Some(head) = f.head.as_ref() else {
-            return Decision::Drop(DropReason::Orphan);
-        };
-        let Some(e) = self.adaptive_entry(head) else {
-            return Decision::Drop(DropReason::NoRoute);
-        };
-        let need = match self.cfg.switching {
-            Switching::Wormhole => 1,
-            Switching::VirtualCutThrough => {
-                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
-            }
-        };
-        let usable = |port: PortNo| {
-            let out = port as usize;
-            out < self.ports.len()
-                && out != in_port
-                && !self.ports[out].failed
-                && self.ports[out].link.is_admin_up()
-        };
-        // The adaptive VC (1 and up) with the most credits among `ports`.
-        let best_adaptive = |ports: &[PortNo]| {
-            let live = ports.iter().filter(|&&p| usable(p)).map(|&p| p as usize);
-            self.most_credited_vc(live, 1..self.cfg.vcs, need)
-                .map(|(out, out_vc)| Decision::Grant { out, out_vc })
-        };
-        if let Some(d) = best_adaptive(&e.candidates) {
-            return d;
-        }
-        if let Some(esc) = e.escape.filter(|&p| usable(p)) {
-            return self.admit(esc as usize, 0, need);
-        }
-        if e.candidates.iter().any(|&p| usable(p)) {
-            // The escape port is dead (or the way back): a live minimal port
-            // will free up.
-            return Decision::Wait { on_credits: None };
-        }
-        if head.route_flags & route_flags::LOCAL_MISROUTED == 0
-            && e.misroute.iter().any(|&p| usable(p))
-        {
-            return best_adaptive(&e.misroute).unwrap_or(Decision::Wait { on_credits: None });
-        }
-        Decision::Drop(DropReason::PortDown)
-    }
-
-    /// The head-of-queue lifetime applied to `decision`, the allocation
-    /// just made for the head at the front of input VC `i`: a head that
-    /// must wait starts its clock (or keeps it running), and one that has
-    /// waited `hoq_lifetime_ns` is dropped instead ([`DropReason::HoqLifetime`]);
-    /// a grant or a drop stops the clock. The earliest end of a running
-    /// clock is kept in `hoq_next` for [`Switch::poll_timeout`]: no scan of
-    /// the input VCs beyond the allocation pass that decides them anyway.
-    fn head_of_queue(&mut self, i: usize, decision: Decision) -> Decision {
-        let now = self.now;
-        let Decision::Wait { .. } = decision else {
-            if let Some(since) = self.inputs[i].waiting_since.take() {
-                if matches!(decision, Decision::Grant { .. }) {
-                    let waited = now.saturating_sub(since);
-                    let max = &mut self.counters.head_wait_max_ns;
-                    *max = (*max).max(waited);
-                }
-            }
-            return decision;
-        };
-        let since = *self.inputs[i].waiting_since.get_or_insert(now);
-        let Some(lifetime) = self.hoq_lifetime_ns else {
-            return decision;
-        };
-        let end = since.saturating_add(lifetime);
-        if now >= end {
-            self.inputs[i].waiting_since = None;
-            return Decision::Drop(DropReason::HoqLifetime);
-        }
-        self.hoq_next = Some(self.hoq_next.map_or(end, |t| t.min(end)));
-        decision
     }
 
     /// Settles the front of input VC `i` until it is a flit ready to
@@ -1237,35 +796,16 @@ impl Switch {
                     }
                     return Some((out as usize, out_vc));
                 }
-                InState::Idle if f.flags & flags::FT2EI_CTRL != 0 => {
-                    let local = i >= self.local_input();
-                    if !local {
-                        // Store-and-forward: the whole (one-flit) packet is
-                        // here; it is consumed, never forwarded as is.
-                        let f = self.pop_input(i)?;
-                        self.ft2ei_receive(i / vcs, &f);
-                        continue;
-                    }
-                    let port = self.ctrl_local_port.unwrap_or(PortNo::MAX);
-                    match self.decide_ctrl(port) {
-                        Some(Decision::Grant { out, out_vc }) => {
-                            self.counters.ft2ei.ctrl_sent += 1;
-                            self.outputs.claim(out, out_vc, i as u32);
-                            self.inputs[i].state = InState::Active {
-                                out: out as PortNo,
-                                out_vc,
-                                started: false,
-                            };
-                        }
-                        Some(_) => return None,
-                        None => {
-                            self.pop_input(i)?;
-                            self.ctrl_local_port = None;
-                            self.counters.ft2ei.ctrl_dropped += 1;
-                        }
-                    }
-                }
                 InState::Idle => {
+                    match self.first_hook(|h, sw| match h.intercept(sw, i) {
+                        Intercept::Pass => None,
+                        taken => Some(taken),
+                    }) {
+                        Some(Intercept::Again) => continue,
+                        Some(Intercept::Wait) => return None,
+                        Some(Intercept::Pass) | None => {}
+                    }
+                    let f = self.inputs[i].buf.front()?;
                     let msg = f.msg;
                     let track = f.head.as_ref().map(|h| Tracked {
                         src: h.src,
@@ -1275,21 +815,16 @@ impl Switch {
                         submsg: h.submsg,
                         first_seq: f.seq,
                         forwarded: 0,
-                        is_rrq: sbrp::is_rrq(f),
+                        is_rrq: f.flags & flags::RECOVER_REQUEST != 0,
                     });
-                    let decision = if self.reroute.is_some() {
-                        self.decide_local_reroute(i)
-                    } else if self.policy == VcPolicy::LocalReroute {
-                        self.decide_local(i, f)
-                    } else if matches!(self.policy, VcPolicy::Legs { .. }) {
-                        self.advance_leg(i);
-                        let f = self.inputs[i].buf.front().expect("checked above");
-                        self.decide_legs(i, f)
-                    } else {
-                        self.decide(i, f)
+                    let decision = match self.first_hook(|h, sw| h.route(sw, i)) {
+                        Some(d) => d,
+                        None => {
+                            let f = self.inputs[i].buf.front().expect("checked above");
+                            self.decide(i, f)
+                        }
                     };
-                    let decision = self.head_of_queue(i, decision);
-                    match decision {
+                    match self.wait_clock(i, decision) {
                         Decision::Wait { on_credits } => {
                             if let Some((out, out_vc)) = on_credits {
                                 self.ports[out].link.note_stalled(out_vc);
@@ -1297,23 +832,7 @@ impl Switch {
                             return None;
                         }
                         Decision::Grant { out, out_vc } => {
-                            if let (VcPolicy::Legs { .. }, Some(h)) = (
-                                &self.policy,
-                                self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()),
-                            ) {
-                                if h.pending_run().is_some() {
-                                    // The forced hop is taken: rewrite the
-                                    // head (§3.10 hops_left − 1).
-                                    h.spend_run_hop();
-                                    self.counters.misroute_hops += 1;
-                                }
-                            }
-                            if self.policy == VcPolicy::LocalReroute {
-                                self.mark_local_misroute(i, out);
-                            }
-                            if self.ft2ei.is_some() {
-                                self.ft2ei_granted(i, out);
-                            }
+                            self.each_hook(|h, sw| h.on_grant(sw, i, out));
                             self.inputs[i].track = track;
                             self.outputs.claim(out, out_vc, i as u32);
                             self.inputs[i].state = InState::Active {
@@ -1322,68 +841,14 @@ impl Switch {
                                 started: false,
                             };
                         }
-                        Decision::Drop(
-                            reason @ (DropReason::PortDown | DropReason::HoqLifetime),
-                        ) if self.recovery.is_on()
-                            && track.is_some_and(|t| t.is_rrq)
-                            && self.rrq_pending.len() + self.rrq_parked.len()
-                                < MAX_PENDING_RRQS =>
-                        {
-                            let mut f = self.pop_input(i)?;
-                            if reason == DropReason::HoqLifetime || self.dlr_may_route_afresh(i) {
-                                // DLR could not continue this RRQ's detour
-                                // (its way back died), or it waited out the
-                                // head-of-queue lifetime (presumed
-                                // deadlocked: out of the buffer it goes):
-                                // route it anew from here, in the normal
-                                // layer. Should that fail too, it is parked
-                                // (local input) or waits out the lifetime
-                                // again.
-                                if let Some(h) = f.head.as_mut() {
-                                    h.dlr_port_field = 0;
-                                    h.route_flags &= !route_flags::LOCAL_MISROUTED;
-                                }
-                                f.vc = 0;
-                                self.sbrp.rrq_restarted += 1;
-                                self.rrq_pending.push_back(f);
-                            } else {
-                                // An RRQ toward a dead port (tables not yet
-                                // updated, or nothing DLR can route around):
-                                // keep it for new tables or a port back up.
-                                self.sbrp.rrq_parked += 1;
-                                self.rrq_parked.push_back(f);
-                            }
-                        }
                         Decision::Drop(reason) => {
                             let f = self.pop_input(i)?;
-                            let resend =
-                                matches!(reason, DropReason::PortDown | DropReason::HoqLifetime);
-                            if resend && self.recovery.is_on() {
-                                // Its route leads to a dead port: nothing of
-                                // the packet passed, so ask for all of it
-                                // (from its head). Controller routing: once
-                                // the tables have changed (a resend now would
-                                // take the same dead route). DLR: at once,
-                                // the resend is routed afresh around what is
-                                // dead now, unless the destination itself is
-                                // cut off or the packet was already resent
-                                // `DLR_EAGER_RESENDS` times. A head that
-                                // waited out its lifetime: at once, always
-                                // (its route is alive, and no new table or
-                                // port coming back would unpark the request;
-                                // each round costs a lifetime, so no storm).
-                                let park = reason == DropReason::PortDown
-                                    && (!self.dlr_may_route_afresh(i)
-                                        || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS));
-                                if let Some(t) = track {
-                                    self.queue_rrq(t, park);
-                                }
-                            }
-                            if reason == DropReason::HoqLifetime {
-                                // Reported by the `Dropped` event below
-                                // (switchd logs it).
-                                self.counters.hoq_discards += 1;
-                            }
+                            let afresh =
+                                self.hooks.iter().any(|h| h.hook.may_route_afresh(self, i));
+                            let Some(f) = self.drop_through_hooks(i, f, reason, track, afresh)
+                            else {
+                                continue;
+                            };
                             let (p, vc) = (i / vcs, (i % vcs) as u8);
                             self.count_drop(p, vc, reason, 1, msg);
                             if !f.kind.is_tail() {
@@ -1396,29 +861,87 @@ impl Switch {
         }
     }
 
+    /// Offers the dropped head `f` to every hook in turn; `None` once one
+    /// kept it.
+    fn drop_through_hooks(
+        &mut self,
+        i: usize,
+        f: Flit,
+        reason: DropReason,
+        track: Option<Tracked>,
+        afresh: bool,
+    ) -> Option<Flit> {
+        if self.hooks.is_empty() {
+            return Some(f);
+        }
+        let mut hooks = std::mem::take(&mut self.hooks);
+        let mut f = Some(f);
+        for h in hooks.iter_mut() {
+            let Some(flit) = f.take() else { break };
+            f = h.hook.on_drop(self, i, flit, reason, track, afresh);
+        }
+        self.hooks = hooks;
+        f
+    }
+
+    /// How long the head at the front of input VC `i` has waited for an
+    /// output VC: a head that must wait starts its clock (or keeps it
+    /// running) and the hooks may drop it for waiting too long
+    /// (`on_wait`); a grant or a drop stops the clock, and a grant counts
+    /// toward `head_wait_max_ns`.
+    fn wait_clock(&mut self, i: usize, decision: Decision) -> Decision {
+        let now = self.now;
+        let Decision::Wait { .. } = decision else {
+            if let Some(since) = self.inputs[i].waiting_since.take() {
+                if matches!(decision, Decision::Grant { .. }) {
+                    let waited = now.saturating_sub(since);
+                    let max = &mut self.counters.head_wait_max_ns;
+                    *max = (*max).max(waited);
+                }
+            }
+            return decision;
+        };
+        let since = *self.inputs[i].waiting_since.get_or_insert(now);
+        if self.hooks.is_empty() {
+            return decision;
+        }
+        let dropped = self
+            .hooks
+            .iter_mut()
+            .find_map(|h| h.hook.on_wait(now, since));
+        match dropped {
+            Some(reason) => {
+                self.inputs[i].waiting_since = None;
+                Decision::Drop(reason)
+            }
+            None => decision,
+        }
+    }
+
     /// Allocation rounds until no flit moves. The first round examines
     /// every input VC; later rounds only those that requested in the
     /// previous one, because within a pump credits only decrease and the
     /// only thing that can unblock another input is a tail freeing an
     /// output VC (which triggers a full scan again).
-    fn pump(&mut self) {
+    pub(crate) fn pump(&mut self) {
         let mut requesters = std::mem::take(&mut self.requesters);
         let mut next = std::mem::take(&mut self.next_requesters);
         let mut grants = std::mem::take(&mut self.grants);
         let mut scan_all = true;
         // The first round examines every input VC, so every head still
-        // waiting registers its lifetime's end again (`head_of_queue`).
-        self.hoq_next = None;
+        // waiting is seen again (`SwitchHook::on_wait`).
+        for h in self.hooks.iter_mut() {
+            h.hook.begin_pass();
+        }
         loop {
             scan_all |= self.feed_local_input();
             next.clear();
             if scan_all {
-                // Dynamic FT²EI control packets (local input) get the first
-                // claim on an output VC that is free: the non-preemptive
-                // priority of seed 000 §4.5 (a port already carrying a
-                // packet is never pre-empted).
+                // A hook may give the local input the first claim on an
+                // output VC that is free (never pre-empting a port already
+                // carrying a packet).
                 let l = self.local_input();
-                let ctrl_first = self.ft2ei.is_some();
+                let ctrl_first = self.hooks.iter().any(|h| h.hook.local_input_first());
                 if ctrl_first {
                     for i in l..self.inputs.len() {
                         self.examine(i, &mut next);
@@ -1455,30 +978,18 @@ impl Switch {
         let vcs = self.cfg.vcs as usize;
         if self.inputs[i].is_empty() {
             // An input whose port died mid-packet will never see the
-            // tail: free the output VC it holds.
+            // tail: a hook may close the packet, else the output VC it
+            // holds is freed.
             if let InState::Active { out, out_vc, .. } = self.inputs[i].state {
                 let input_dead = self.ports.get(i / vcs).is_some_and(|p| p.failed);
-                if input_dead && self.recovery.is_on() && !self.inputs[i].synthetic_tail {
-                    // Node A (spec 003 §5.11.2): close the packet downstream
-                    // with a non-final tail, after what was buffered.
-                    if let Some(t) = self.inputs[i].track {
-                        self.inputs[i].buf.push_back(Flit {
-                            kind: FlitKind::Tail,
-                            vc: (i % vcs) as u8,
-                            flags: flags::NON_FINAL_TAIL,
-                            msg: t.msg,
-                            packet: t.packet,
-                            seq: t.first_seq + t.forwarded,
-                            head: None,
-                            payload: Bytes::new(),
-                        });
-                        self.inputs[i].synthetic_tail = true;
-                        self.sbrp.nft_generated += 1;
+                if input_dead {
+                    if self
+                        .first_hook(|h, sw| h.on_input_dead(sw, i).then_some(()))
+                        .is_some()
+                    {
                         self.examine(i, requested);
                         return;
                     }
-                }
-                if input_dead {
                     self.outputs.release(out as usize, out_vc);
                     self.inputs[i].state = InState::Idle;
                     self.counters.truncated_packets += 1;
@@ -1532,14 +1043,8 @@ impl Switch {
                 c.tx_flits += 1;
                 c.tx_payload_bytes += bytes;
                 let sent = c.tx_flits;
-                if let Some(t) = shadow.filter(|t| self.recovery.is_on() && !t.is_rrq) {
-                    let depth = self.cfg.buffer_depth as u64;
-                    let q = &mut self.shadows[out * self.cfg.vcs as usize + out_vc as usize];
-                    // Only the last `depth` flits of a VC can be unfreed.
-                    while q.front().is_some_and(|(n, _)| n + depth <= sent) {
-                        q.pop_front();
-                    }
-                    q.push_back((sent, t));
+                if let Some(t) = shadow {
+                    self.each_hook(|h, sw| h.on_tail_sent(sw, out, out_vc, t, sent));
                 }
             }
             Err(_) => {
@@ -1554,8 +1059,8 @@ impl Switch {
     /// Flits of this switch still in the network: buffered in its input
     /// VCs (the local one too), received and not yet taken, and, on live
     /// links, sent without their credits back (which covers flits queued
-    /// on the link: a queued flit has taken its credit), plus recover
-    /// requests waiting for the local input. A flit in the next switch's
+    /// on the link: a queued flit has taken its credit), plus what the
+    /// hooks hold for the local input (recover requests, control packets). A flit in the next switch's
     /// buffer is counted there too; only 0 matters. 0 in a drained fabric:
     /// the controller waits for 0 everywhere before it swaps tables under
     /// quiesced reconfiguration (docs/chaos.md). Parked RRQs are not
@@ -1569,7 +1074,8 @@ impl Switch {
             .filter(|p| p.link.is_up())
             .map(|p| p.link.pending_rx() as u64 + p.link.credits_missing())
             .sum();
-        buffered as u64 + links + (self.rrq_pending.len() + self.ctrl_pending.len()) as u64
+        let hooks: u64 = self.hooks.iter().map(|h| h.hook.in_flight_flits()).sum();
+        buffered as u64 + links + hooks
     }
 
     /// Per input VC (`port * vcs + vc`, the local input last): the state
@@ -1583,13 +1089,6 @@ impl Switch {
             .collect()
     }
 
-    /// Recover requests parked until new tables or a port back up (for
-    /// tests that account for every message).
-    #[cfg(test)]
-    pub(crate) fn parked_rrqs(&self) -> impl Iterator<Item = &Flit> {
-        self.rrq_parked.iter()
-    }
-
     /// Flits buffered in input VC `vc` of `port` (for tests and metrics).
     pub fn input_occupancy(&self, port: PortNo, vc: u8) -> Option<usize> {
         let (p, v) = (port as usize, vc as usize);
@@ -1601,6 +1100,6 @@ impl Switch {
 }
 
 #[cfg(test)]
-mod test_rig;
+pub(crate) mod test_rig;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

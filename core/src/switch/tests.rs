@@ -9,27 +9,27 @@ use crate::wire::{self, FrameWriter, Header};
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum End {
+pub(crate) enum End {
     Host(usize),
     Sw(usize, PortNo),
 }
 
-struct Host {
-    link: Link,
-    consume: bool,
-    to_send: VecDeque<Flit>,
-    received: Vec<Flit>,
+pub(crate) struct Host {
+    pub(crate) link: Link,
+    pub(crate) consume: bool,
+    pub(crate) to_send: VecDeque<Flit>,
+    pub(crate) received: Vec<Flit>,
 }
 
-struct Net {
-    now: u64,
-    hosts: Vec<Host>,
-    switches: Vec<Switch>,
-    wires: Vec<(End, End)>,
-    buf: Vec<u8>,
+pub(crate) struct Net {
+    pub(crate) now: u64,
+    pub(crate) hosts: Vec<Host>,
+    pub(crate) switches: Vec<Switch>,
+    pub(crate) wires: Vec<(End, End)>,
+    pub(crate) buf: Vec<u8>,
 }
 
-fn link_cfg() -> LinkConfig {
+pub(crate) fn link_cfg() -> LinkConfig {
     LinkConfig {
         keepalive_interval_ns: 1_000_000,
         dead_after_ns: 5_000_000,
@@ -39,7 +39,7 @@ fn link_cfg() -> LinkConfig {
     }
 }
 
-fn sw_cfg(radix: usize, vcs: u8, switching: Switching) -> SwitchConfig {
+pub(crate) fn sw_cfg(radix: usize, vcs: u8, switching: Switching) -> SwitchConfig {
     SwitchConfig {
         radix,
         vcs,
@@ -51,7 +51,7 @@ fn sw_cfg(radix: usize, vcs: u8, switching: Switching) -> SwitchConfig {
 }
 
 /// The flits of one packet of `len` flits from `src` to `dst` on `vc`.
-fn packet(src: HostId, dst: HostId, msg: u64, len: u32, vc: u8) -> Vec<Flit> {
+pub(crate) fn packet(src: HostId, dst: HostId, msg: u64, len: u32, vc: u8) -> Vec<Flit> {
     (0..len)
         .map(|seq| {
             let kind = match (seq, len) {
@@ -80,7 +80,12 @@ fn packet(src: HostId, dst: HostId, msg: u64, len: u32, vc: u8) -> Vec<Flit> {
 }
 
 impl Net {
-    fn new(n_hosts: usize, vcs: u8, switches: Vec<Switch>, wires: Vec<(End, End)>) -> Self {
+    pub(crate) fn new(
+        n_hosts: usize,
+        vcs: u8,
+        switches: Vec<Switch>,
+        wires: Vec<(End, End)>,
+    ) -> Self {
         let hcfg = LinkConfig {
             vcs,
             buffer_depth: 8,
@@ -103,7 +108,7 @@ impl Net {
         }
     }
 
-    fn peer(&self, e: End) -> End {
+    pub(crate) fn peer(&self, e: End) -> End {
         for &(a, b) in &self.wires {
             if a == e {
                 return b;
@@ -115,7 +120,7 @@ impl Net {
         panic!("{e:?} is not wired");
     }
 
-    fn deliver(&mut self, to: End, data: &[u8]) {
+    pub(crate) fn deliver(&mut self, to: End, data: &[u8]) {
         let now = self.now;
         match to {
             End::Host(h) => {
@@ -128,7 +133,7 @@ impl Net {
     }
 
     /// Everything that can happen at `self.now`.
-    fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         let now = self.now;
         for s in &mut self.switches {
             s.handle_timeout(now);
@@ -181,7 +186,7 @@ impl Net {
         }
     }
 
-    fn next_deadline(&self) -> u64 {
+    pub(crate) fn next_deadline(&self) -> u64 {
         let t = self
             .switches
             .iter()
@@ -192,7 +197,7 @@ impl Net {
         t.max(self.now + 1)
     }
 
-    fn run_for(&mut self, ns: u64) {
+    pub(crate) fn run_for(&mut self, ns: u64) {
         let end = self.now + ns;
         let mut steps = 0u64;
         while self.now < end {
@@ -210,7 +215,7 @@ impl Net {
         self.settle();
     }
 
-    fn total_drops(&self) -> u64 {
+    pub(crate) fn total_drops(&self) -> u64 {
         self.switches
             .iter()
             .map(|s| s.counters().drops.total())
@@ -218,7 +223,7 @@ impl Net {
     }
 }
 
-fn lft(ports: &[Option<PortNo>]) -> SwitchTable {
+pub(crate) fn lft(ports: &[Option<PortNo>]) -> SwitchTable {
     SwitchTable::Lft(Lft {
         ports: ports.to_vec(),
     })
@@ -226,7 +231,7 @@ fn lft(ports: &[Option<PortNo>]) -> SwitchTable {
 
 /// host0 — S0 — S1 — … — S(n-1) — host1; every switch has port 0 toward
 /// host0 and port 1 toward host1.
-fn chain(n: usize, vcs: u8, switching: Switching) -> Net {
+pub(crate) fn chain(n: usize, vcs: u8, switching: Switching) -> Net {
     let mut switches = Vec::new();
     let mut wires = vec![
         (End::Host(0), End::Sw(0, 0)),
@@ -244,7 +249,7 @@ fn chain(n: usize, vcs: u8, switching: Switching) -> Net {
 }
 
 /// Checks every message arrived complete and in flit order.
-fn assert_in_order(received: &[Flit], msgs: u64, len: u32) {
+pub(crate) fn assert_in_order(received: &[Flit], msgs: u64, len: u32) {
     let mut next: HashMap<u64, u32> = HashMap::new();
     for f in received {
         let n = next.entry(f.msg).or_default();
@@ -255,7 +260,7 @@ fn assert_in_order(received: &[Flit], msgs: u64, len: u32) {
     assert!(next.values().all(|&n| n == len), "incomplete message");
 }
 
-fn chain_delivers(n: usize, vcs: u8, switching: Switching) {
+pub(crate) fn chain_delivers(n: usize, vcs: u8, switching: Switching) {
     let mut net = chain(n, vcs, switching);
     let msgs = 40u64;
     for m in 0..msgs {
@@ -285,31 +290,31 @@ fn chain_delivers(n: usize, vcs: u8, switching: Switching) {
 }
 
 #[test]
-fn two_switch_chain_wormhole_1vc() {
+pub(crate) fn two_switch_chain_wormhole_1vc() {
     chain_delivers(2, 1, Switching::Wormhole);
 }
 
 #[test]
-fn two_switch_chain_wormhole_2vc() {
+pub(crate) fn two_switch_chain_wormhole_2vc() {
     chain_delivers(2, 2, Switching::Wormhole);
 }
 
 #[test]
-fn two_switch_chain_vct_1vc() {
+pub(crate) fn two_switch_chain_vct_1vc() {
     chain_delivers(2, 1, Switching::VirtualCutThrough);
 }
 
 #[test]
-fn three_switch_chain_vct_2vc() {
+pub(crate) fn three_switch_chain_vct_2vc() {
     chain_delivers(3, 2, Switching::VirtualCutThrough);
 }
 
 #[test]
-fn three_switch_chain_wormhole_2vc() {
+pub(crate) fn three_switch_chain_wormhole_2vc() {
     chain_delivers(3, 2, Switching::Wormhole);
 }
 
-fn backpressure(switching: Switching) -> Net {
+pub(crate) fn backpressure(switching: Switching) -> Net {
     let mut net = chain(2, 1, switching);
     net.hosts[1].consume = false;
     for m in 0..30 {
@@ -330,7 +335,7 @@ fn backpressure(switching: Switching) -> Net {
 }
 
 #[test]
-fn backpressure_holds_without_drops_then_drains() {
+pub(crate) fn backpressure_holds_without_drops_then_drains() {
     for switching in [Switching::Wormhole, Switching::VirtualCutThrough] {
         let mut net = backpressure(switching);
         assert!(net.switches[1].counters().ports[1].vcs[0].credit_stall_ns > 0);
@@ -341,7 +346,7 @@ fn backpressure_holds_without_drops_then_drains() {
     }
 }
 
-fn in_flight(net: &Net) -> Vec<u64> {
+pub(crate) fn in_flight(net: &Net) -> Vec<u64> {
     net.switches.iter().map(Switch::in_flight_flits).collect()
 }
 
@@ -349,7 +354,7 @@ fn in_flight(net: &Net) -> Vec<u64> {
 /// switch counts its buffered flits and those it sent on whose credits are
 /// not back, each once; 0 again once the fabric has drained.
 #[test]
-fn in_flight_flits_counts_buffered_and_unacknowledged_flits() {
+pub(crate) fn in_flight_flits_counts_buffered_and_unacknowledged_flits() {
     let mut net = chain(2, 1, Switching::Wormhole);
     net.run_for(3_000_000);
     assert!(net.switches.iter().all(|s| s.link(1).unwrap().is_up()));
@@ -389,7 +394,7 @@ fn in_flight_flits_counts_buffered_and_unacknowledged_flits() {
 /// counted: they will never move. The packets routed to the dead port
 /// are dropped, and the fabric drains to 0 though host 1 never consumed.
 #[test]
-fn in_flight_flits_leaves_out_a_dead_links_flits() {
+pub(crate) fn in_flight_flits_leaves_out_a_dead_links_flits() {
     let mut net = backpressure(Switching::Wormhole);
     assert_eq!(in_flight(&net), [16, 16]);
     net.switches[1].set_port_admin(1, false).unwrap();
@@ -407,7 +412,7 @@ fn in_flight_flits_leaves_out_a_dead_links_flits() {
 }
 
 #[test]
-fn fairness_between_two_inputs_for_one_output() {
+pub(crate) fn fairness_between_two_inputs_for_one_output() {
     // host0 on port 0 and host1 on port 1 both send to host2 on port 2.
     let mut sw = Switch::new(sw_cfg(3, 1, Switching::Wormhole)).unwrap();
     sw.install_table(lft(&[Some(0), Some(1), Some(2)]), VcPolicy::Keep);
@@ -439,7 +444,7 @@ fn fairness_between_two_inputs_for_one_output() {
 }
 
 #[test]
-fn unroutable_packet_is_dropped_whole_and_counted() {
+pub(crate) fn unroutable_packet_is_dropped_whole_and_counted() {
     let mut net = chain(2, 1, Switching::Wormhole);
     net.hosts[0].to_send.extend(packet(0, 7, 1, 4, 0)); // host 7: no route
     net.hosts[0].to_send.extend(packet(0, 1, 2, 4, 0));
@@ -459,7 +464,7 @@ fn unroutable_packet_is_dropped_whole_and_counted() {
 }
 
 #[test]
-fn bad_datagrams_and_bad_vcs_are_counted() {
+pub(crate) fn bad_datagrams_and_bad_vcs_are_counted() {
     let mut net = chain(1, 1, Switching::Wormhole);
     net.run_for(3_000_000);
     // The host's next link sequence number: a gap would be a link error.
@@ -521,7 +526,7 @@ fn bad_datagrams_and_bad_vcs_are_counted() {
 }
 
 #[test]
-fn admin_down_port_drops_packets_routed_to_it() {
+pub(crate) fn admin_down_port_drops_packets_routed_to_it() {
     let mut net = chain(1, 1, Switching::Wormhole);
     net.run_for(3_000_000);
     assert_eq!(
@@ -548,7 +553,7 @@ fn admin_down_port_drops_packets_routed_to_it() {
 }
 
 #[test]
-fn dead_peer_is_reported_and_its_traffic_dropped() {
+pub(crate) fn dead_peer_is_reported_and_its_traffic_dropped() {
     let mut net = chain(1, 1, Switching::Wormhole);
     net.run_for(3_000_000);
     // Host 1 goes silent: its link stops talking.
@@ -572,7 +577,7 @@ fn dead_peer_is_reported_and_its_traffic_dropped() {
 }
 
 #[test]
-fn head_is_routed_toward_its_current_intermediate() {
+pub(crate) fn head_is_routed_toward_its_current_intermediate() {
     // Port 1 reaches host 1, port 2 reaches host 2 (the intermediate).
     let mut sw = Switch::new(sw_cfg(3, 1, Switching::Wormhole)).unwrap();
     sw.install_table(lft(&[Some(0), Some(1), Some(2)]), VcPolicy::Keep);
@@ -593,7 +598,7 @@ fn head_is_routed_toward_its_current_intermediate() {
 }
 
 #[test]
-fn adaptive_routing_prefers_the_port_with_most_credits() {
+pub(crate) fn adaptive_routing_prefers_the_port_with_most_credits() {
     // Host 1 (port 1) and host 2 (port 2) both count as "destination 1":
     // candidates 1 and 2, escape 1. Host 1 stops consuming, so once its
     // buffer fills, traffic goes through port 2.
@@ -637,7 +642,7 @@ fn adaptive_routing_prefers_the_port_with_most_credits() {
 }
 
 #[test]
-fn vct_never_splits_a_blocked_packet_across_switches() {
+pub(crate) fn vct_never_splits_a_blocked_packet_across_switches() {
     let net = backpressure(Switching::VirtualCutThrough);
     for s in &net.switches {
         // 8-flit buffers hold exactly two 4-flit packets, whole.
@@ -647,7 +652,7 @@ fn vct_never_splits_a_blocked_packet_across_switches() {
 }
 
 #[test]
-fn config_is_validated() {
+pub(crate) fn config_is_validated() {
     let mut c = sw_cfg(2, 1, Switching::VirtualCutThrough);
     c.max_packet_flits = 9;
     assert!(matches!(
@@ -667,7 +672,7 @@ fn config_is_validated() {
 /// `cargo test --release -p flitnet-core switch_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore = "benchmark; run in release"]
-fn switch_throughput() {
+pub(crate) fn switch_throughput() {
     use std::time::{Duration, Instant};
     let hcfg = LinkConfig {
         buffer_depth: 64,
@@ -817,7 +822,7 @@ mod random_traffic {
 /// Mutated copies of real datagrams (CRC fixed, so the flits inside get
 /// decoded and routed) never make the switch panic or overfill a buffer.
 #[test]
-fn switch_survives_mutated_datagrams() {
+pub(crate) fn switch_survives_mutated_datagrams() {
     use rand::{Rng, SeedableRng};
     let mut net = chain(1, 2, Switching::Wormhole);
     net.run_for(3_000_000);
@@ -875,394 +880,7 @@ fn switch_survives_mutated_datagrams() {
     );
 }
 
-/// One switch, hosts 0..4 on ports 0..4, host 1 attached here as far as
-/// the [`VcPolicy::Legs`] policy is concerned; mesh-style (one escape VC per
-/// leg), 2 legs, `vcs` VCs (VC 2 and up adaptive).
-fn legs_switch(vcs: u8, table: SwitchTable) -> Net {
-    let mut sw = Switch::new(sw_cfg(4, vcs, Switching::Wormhole)).unwrap();
-    sw.install_table(
-        table,
-        VcPolicy::Legs {
-            legs: 2,
-            escape_per_leg: 1,
-            port_dim: vec![None; 4],
-            dateline: vec![false; 4],
-            local_hosts: vec![1],
-            dir_ports: vec![2, 3],
-        },
-    );
-    let wires = (0..4)
-        .map(|h| (End::Host(h), End::Sw(0, h as PortNo)))
-        .collect();
-    Net::new(4, vcs, vec![sw], wires)
-}
-
-fn with_head(mut p: Vec<Flit>, f: impl Fn(&mut Head)) -> Vec<Flit> {
+pub(crate) fn with_head(mut p: Vec<Flit>, f: impl Fn(&mut Head)) -> Vec<Flit> {
     f(p[0].head.as_mut().unwrap());
     p
-}
-
-#[test]
-fn a_head_at_its_intermediates_switch_starts_the_next_leg_without_ejection() {
-    let mut net = legs_switch(2, lft(&[Some(0), Some(1), Some(2), Some(3)]));
-    net.hosts[0]
-        .to_send
-        .extend(with_head(packet(0, 2, 1, 3, 0), |h| {
-            h.intermediates[0] = 1;
-            h.n_intermediates = 1;
-        }));
-    net.run_for(5_000_000);
-    assert!(
-        net.hosts[1].received.is_empty(),
-        "ejected at the intermediate"
-    );
-    let got = &net.hosts[2].received;
-    assert_eq!(got.len(), 3);
-    // Leg 1's escape VC (1 · escape_per_leg), and the head says leg 1.
-    assert!(got.iter().all(|f| f.vc == 1), "{got:?}");
-    assert_eq!(got[0].head.as_ref().unwrap().leg, 1);
-    assert_eq!(net.switches[0].counters().intermediate_pops, 1);
-    assert_eq!(net.total_drops(), 0);
-}
-
-#[test]
-fn a_leg_without_an_escape_vc_set_is_dropped_and_counted() {
-    let mut net = legs_switch(3, lft(&[Some(0), Some(1), Some(2), Some(3)]));
-    // Two intermediates both here: the packet would need a third leg.
-    net.hosts[0]
-        .to_send
-        .extend(with_head(packet(0, 2, 1, 2, 0), |h| {
-            h.intermediates = [1, 1, 0];
-            h.n_intermediates = 2;
-        }));
-    net.hosts[0].to_send.extend(packet(0, 3, 2, 2, 0));
-    net.run_for(5_000_000);
-    assert!(net.hosts[2].received.is_empty());
-    assert_eq!(net.hosts[3].received.len(), 2, "later packets still flow");
-    assert_eq!(net.switches[0].counters().drops.leg_vc, 2);
-}
-
-#[test]
-fn the_d_bit_of_the_current_leg_confines_a_packet_to_the_escape_port() {
-    // Destination 2: candidates 2 and 3, escape 3. Host 3 does not consume,
-    // so adaptive packets soon prefer port 2; deterministic ones may not.
-    let entry = |candidates: Vec<PortNo>, escape| AdaptiveEntry {
-        candidates,
-        escape: Some(escape),
-        misroute: Vec::new(),
-    };
-    let table = SwitchTable::Adaptive(AdaptiveTable {
-        entries: vec![
-            entry(vec![0], 0),
-            entry(vec![1], 1),
-            entry(vec![2, 3], 3),
-            entry(vec![3], 3),
-        ],
-    });
-    let run = |flags: u8| {
-        let mut net = legs_switch(3, table.clone());
-        net.hosts[3].consume = false;
-        for m in 0..6 {
-            net.hosts[0]
-                .to_send
-                .extend(with_head(packet(0, 2, m, 2, 0), |h| h.route_flags = flags));
-        }
-        net.run_for(10_000_000);
-        (net.hosts[2].received.len(), net.hosts[3].link.pending_rx())
-    };
-    let (adaptive_via2, _) = run(0);
-    assert!(adaptive_via2 > 0, "adaptive packets use the free port");
-    let (det_via2, det_via3) = run(crate::flit::route_flags::deterministic_leg(0));
-    assert_eq!(det_via2, 0, "D: escape port only");
-    assert!(det_via3 > 0);
-    // A D bit on another leg does not bind leg 0.
-    let (other_leg_via2, _) = run(crate::flit::route_flags::deterministic_leg(1));
-    assert!(other_leg_via2 > 0);
-}
-
-#[test]
-fn a_forced_misroute_hop_takes_its_directions_port_and_is_spent_in_the_head() {
-    // dir_ports = [2, 3]: direction 1 leaves by port 3. The head's leg 0
-    // still has one forced hop in direction 1, so although its intermediate
-    // (host 1) is attached here, the leg does not end here (§3.10: never
-    // pop in the middle of a forced prefix) and the table is not consulted.
-    let mut net = legs_switch(2, lft(&[Some(0), Some(1), Some(2), Some(2)]));
-    net.hosts[0]
-        .to_send
-        .extend(with_head(packet(0, 2, 1, 2, 0), |h| {
-            h.intermediates[0] = 1;
-            h.n_intermediates = 1;
-            h.route_flags = crate::flit::route_flags::MISROUTE;
-            h.runs[0][0] = crate::flit::pack_run(1, 1);
-        }));
-    net.run_for(5_000_000);
-    let got = &net.hosts[3].received;
-    assert_eq!(got.len(), 2, "forced port 3");
-    let h = got[0].head.as_ref().unwrap();
-    assert_eq!(h.runs[0][0], crate::flit::pack_run(1, 0), "hop spent");
-    assert_eq!(h.leg, 0, "no pop mid-prefix");
-    assert_eq!(net.switches[0].counters().misroute_hops, 1);
-    assert_eq!(net.switches[0].counters().intermediate_pops, 0);
-    assert!(net.hosts[2].received.is_empty());
-}
-
-// ------------------------------------------- seed 003 local fault rerouting
-
-/// One radix-4 switch with host `h` on port `h`, [`VcPolicy::LocalReroute`]
-/// and 2 VCs; `entries[d]` routes destination `d`.
-fn local_reroute_switch(entries: Vec<AdaptiveEntry>) -> Net {
-    let mut sw = Switch::new(sw_cfg(4, 2, Switching::Wormhole)).unwrap();
-    sw.install_table(
-        SwitchTable::Adaptive(AdaptiveTable { entries }),
-        VcPolicy::LocalReroute,
-    );
-    let wires = (0..4)
-        .map(|h| (End::Host(h), End::Sw(0, h as PortNo)))
-        .collect();
-    Net::new(4, 2, vec![sw], wires)
-}
-
-fn local_entry(candidates: Vec<PortNo>, escape: PortNo, misroute: Vec<PortNo>) -> AdaptiveEntry {
-    AdaptiveEntry {
-        candidates,
-        escape: Some(escape),
-        misroute,
-    }
-}
-
-/// Destination 0 and 1 direct; destination 2: minimal port 2 only,
-/// misroute port 3.
-fn distance1_entries() -> Vec<AdaptiveEntry> {
-    vec![
-        local_entry(vec![0], 0, vec![]),
-        local_entry(vec![1], 1, vec![]),
-        local_entry(vec![2], 2, vec![3]),
-        local_entry(vec![3], 3, vec![]),
-    ]
-}
-
-#[test]
-fn local_reroute_uses_the_adaptive_vc_and_misroutes_once_around_a_dead_port() {
-    use crate::flit::route_flags::LOCAL_MISROUTED;
-    let mut net = local_reroute_switch(distance1_entries());
-    net.hosts[0].to_send.extend(packet(0, 2, 1, 3, 0));
-    net.run_for(2_000_000);
-    let got = &net.hosts[2].received;
-    assert_eq!(got.len(), 3, "fault-free: the minimal port");
-    assert!(got.iter().all(|f| f.vc == 1), "on the adaptive VC");
-    assert_eq!(
-        got[0].head.as_ref().unwrap().route_flags & LOCAL_MISROUTED,
-        0
-    );
-    // Port 2 dies: the only minimal port. The head takes misroute port 3,
-    // marked so that it takes no second misroute.
-    net.switches[0].set_port_admin(2, false).unwrap();
-    net.hosts[0].to_send.extend(packet(0, 2, 2, 3, 0));
-    net.run_for(2_000_000);
-    let got = &net.hosts[3].received;
-    assert_eq!(got.len(), 3, "misrouted to port 3");
-    assert_ne!(
-        got[0].head.as_ref().unwrap().route_flags & LOCAL_MISROUTED,
-        0
-    );
-    assert_eq!(net.switches[0].counters().misroute_hops, 1);
-    assert_eq!(net.switches[0].counters().drops.total(), 0);
-}
-
-#[test]
-fn local_reroute_drops_a_second_misroute_and_asks_for_the_resend_at_once() {
-    use crate::flit::route_flags::LOCAL_MISROUTED;
-    let mut net = local_reroute_switch(distance1_entries());
-    net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
-    net.switches[0].set_port_admin(2, false).unwrap();
-    // Already misrouted once upstream: no second misroute, never the dead
-    // port; the head is dropped and its source asked for a resend at once
-    // (no controller will install tables that would unpark it).
-    net.hosts[1]
-        .to_send
-        .extend(with_head(packet(1, 2, 7, 3, 0), |h| {
-            h.route_flags |= LOCAL_MISROUTED
-        }));
-    net.run_for(2_000_000);
-    assert!(net.hosts[3].received.is_empty(), "no second misroute");
-    assert_eq!(net.switches[0].counters().drops.port_down, 3);
-    let s = net.switches[0].sbrp_counters();
-    assert_eq!((s.rrq_sent, s.rrq_parked), (1, 0));
-    let rrq: Vec<_> = net.hosts[1]
-        .received
-        .iter()
-        .filter(|f| sbrp::is_rrq(f))
-        .collect();
-    assert_eq!(rrq.len(), 1, "the RRQ reached the source");
-}
-
-#[test]
-fn local_reroute_never_sends_a_head_back_out_of_its_input_port() {
-    // Destination 2 from port 1: minimal ports 1 and 2, escape 1. Port 1 is
-    // the way back (after a misroute it is minimal again): only 2 is taken,
-    // even with port 1 idle.
-    let mut entries = distance1_entries();
-    entries[2] = local_entry(vec![1, 2], 1, vec![3]);
-    let mut net = local_reroute_switch(entries);
-    for m in 0..4 {
-        net.hosts[1].to_send.extend(packet(1, 2, m, 2, 0));
-    }
-    net.run_for(5_000_000);
-    assert_eq!(net.hosts[2].received.len(), 8);
-    assert!(net.hosts[1].received.is_empty());
-    // With port 2 dead the remaining minimal port is the way back: the
-    // packet misroutes (port 3) rather than turning around.
-    net.switches[0].set_port_admin(2, false).unwrap();
-    net.hosts[1].to_send.extend(packet(1, 2, 9, 2, 0));
-    net.run_for(2_000_000);
-    assert!(net.hosts[1].received.is_empty());
-    assert_eq!(net.hosts[3].received.len(), 2);
-}
-
-// ------------------------------------------- head-of-queue lifetime
-
-/// Lifetime used by the head-of-queue tests.
-const HOQ_NS: u64 = 1_000_000;
-
-/// The local-reroute switch of the tests above with both VCs of port 2
-/// held by worms that cannot move (host 2 stops consuming; host 0's
-/// packet takes adaptive VC 1, host 3's the escape VC 0), then a 20-flit
-/// packet (message 7) from host 1 to host 2, whose head can only wait.
-/// Returns the net once that head waits at the front of input 1/VC 0.
-fn blocked_head(lifetime: Option<u64>, protocol: RecoveryProtocol) -> Net {
-    let mut net = local_reroute_switch(distance1_entries());
-    net.switches[0].set_recovery(protocol);
-    net.switches[0].set_head_of_queue_lifetime(lifetime);
-    net.hosts[2].consume = false;
-    net.hosts[0].to_send.extend(packet(0, 2, 1, 20, 0));
-    net.run_for(50_000);
-    net.hosts[3].to_send.extend(packet(3, 2, 2, 20, 0));
-    net.run_for(50_000);
-    net.hosts[1].to_send.extend(packet(1, 2, 7, 20, 0));
-    net.run_for(50_000);
-    let vcs = 2;
-    let (state, front) = net.switches[0].input_states()[vcs];
-    assert_eq!(state, InState::Idle, "the head waits for an output VC");
-    assert!(front.is_some_and(|f| f.kind.is_head() && f.msg == 7));
-    assert_eq!(net.switches[0].input_occupancy(1, 0), Some(8));
-    net
-}
-
-fn hoq_drops(net: &Net) -> u64 {
-    net.switches[0].counters().drops.hoq_lifetime
-}
-
-#[test]
-fn a_head_blocked_longer_than_the_lifetime_is_discarded_with_its_worm() {
-    let mut net = blocked_head(Some(HOQ_NS), RecoveryProtocol::None);
-    // Not before the lifetime: it has waited about 50 µs, then 0.9 ms.
-    net.run_for(HOQ_NS - 150_000);
-    assert_eq!(hoq_drops(&net), 0, "discarded before its lifetime");
-    assert_eq!(net.switches[0].input_occupancy(1, 0), Some(8));
-    // After it: the head and the 7 flits behind it are discarded, and the
-    // 12 still at host 1 come as credits return and are consumed too.
-    net.run_for(300_000);
-    assert_eq!(hoq_drops(&net), 20, "the whole worm");
-    let c = net.switches[0].counters();
-    assert_eq!(c.hoq_discards, 1);
-    assert_eq!(c.drops.total(), 20);
-    assert_eq!(net.switches[0].input_occupancy(1, 0), Some(0));
-    assert_eq!(net.switches[0].input_states()[2].0, InState::Idle);
-    assert!(net.hosts[1].to_send.is_empty());
-    assert_eq!(net.hosts[1].link.credits(0), 8, "every slot credited back");
-    // The held worms were left alone, and nothing else was discarded: the
-    // drop is a `Dropped` event with the new reason.
-    let mut dropped = Vec::new();
-    while let Some(e) = net.switches[0].poll_event() {
-        if let SwitchEvent::Dropped { reason, msg, .. } = e {
-            dropped.push((reason, msg));
-        }
-    }
-    assert_eq!(dropped, vec![(DropReason::HoqLifetime, 7)]);
-    assert_eq!(DropReason::HoqLifetime.name(), "hoq-lifetime");
-    assert!(DropReason::ALL.contains(&DropReason::HoqLifetime));
-    // Host 2 consumes again: the two worms that held port 2 arrive whole,
-    // and a new packet from host 1 goes through (the input is usable).
-    net.hosts[2].consume = true;
-    net.hosts[1].to_send.extend(packet(1, 2, 8, 4, 0));
-    net.run_for(2_000_000);
-    let got = &net.hosts[2].received;
-    for (m, n) in [(1, 20), (2, 20), (8, 4), (7, 0)] {
-        assert_eq!(got.iter().filter(|f| f.msg == m).count(), n, "msg {m}");
-    }
-    assert_eq!(hoq_drops(&net), 20);
-}
-
-#[test]
-fn a_head_discarded_for_its_lifetime_is_resent_by_its_source_under_sbrp() {
-    for p in [
-        RecoveryProtocol::Sbrp0,
-        RecoveryProtocol::Sbrp1,
-        RecoveryProtocol::Sbrp2,
-    ] {
-        let mut net = blocked_head(Some(HOQ_NS), p);
-        net.run_for(HOQ_NS + 100_000);
-        assert_eq!(hoq_drops(&net), 20, "{p:?}");
-        let s = net.switches[0].sbrp_counters();
-        assert_eq!((s.rrq_sent, s.rrq_parked), (1, 0), "{p:?}: at once");
-        let rrq: Vec<_> = net.hosts[1]
-            .received
-            .iter()
-            .filter(|f| sbrp::is_rrq(f))
-            .collect();
-        assert_eq!(rrq.len(), 1, "{p:?}: the RRQ reached the source");
-        let h = rrq[0].head.as_ref().unwrap();
-        // The whole packet: nothing of it left this switch.
-        assert_eq!(
-            (rrq[0].msg, rrq[0].seq, h.dst, h.src),
-            (7, 0, 1, 2),
-            "{p:?}"
-        );
-    }
-}
-
-#[test]
-fn a_head_that_moves_within_its_lifetime_is_not_discarded() {
-    let mut net = blocked_head(Some(HOQ_NS), RecoveryProtocol::Sbrp0);
-    net.run_for(HOQ_NS / 2);
-    // Port 2 drains before the lifetime: the head is granted and the
-    // packet delivered whole; its wait is what the counter keeps.
-    net.hosts[2].consume = true;
-    net.run_for(5 * HOQ_NS);
-    assert_eq!(hoq_drops(&net), 0);
-    assert_eq!(net.switches[0].sbrp_counters().rrq_sent, 0);
-    let got = &net.hosts[2].received;
-    assert_eq!(got.iter().filter(|f| f.msg == 7).count(), 20);
-    let waited = net.switches[0].counters().head_wait_max_ns;
-    assert!(
-        (HOQ_NS / 2..HOQ_NS).contains(&waited),
-        "head waited {waited} ns"
-    );
-    // Heads that each wait less than the lifetime, one after the other on
-    // the same input, never add up to a discard: each one's clock starts
-    // when it reaches the front and stops when it is granted.
-    for round in 0..3u64 {
-        let m = 100 + 10 * round;
-        net.hosts[2].consume = false;
-        net.hosts[0].to_send.extend(packet(0, 2, m, 20, 0));
-        net.run_for(50_000);
-        net.hosts[3].to_send.extend(packet(3, 2, m + 1, 20, 0));
-        net.run_for(50_000);
-        net.hosts[1].to_send.extend(packet(1, 2, m + 2, 20, 0));
-        net.run_for(HOQ_NS * 3 / 4);
-        assert_eq!(net.switches[0].input_states()[2].0, InState::Idle);
-        net.hosts[2].consume = true;
-        net.run_for(2 * HOQ_NS);
-    }
-    assert_eq!(hoq_drops(&net), 0);
-    assert_eq!(net.hosts[2].received.len(), 3 * 20 + 3 * 3 * 20);
-}
-
-#[test]
-fn without_a_lifetime_a_blocked_head_waits_for_good() {
-    let mut net = blocked_head(None, RecoveryProtocol::Sbrp0);
-    net.run_for(20 * HOQ_NS);
-    assert_eq!(net.switches[0].counters().drops.total(), 0);
-    assert_eq!(net.switches[0].input_occupancy(1, 0), Some(8));
-    assert_eq!(net.switches[0].sbrp_counters().rrq_sent, 0);
 }

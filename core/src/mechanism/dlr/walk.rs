@@ -4,8 +4,8 @@
 //! digest's §9 verifier: connectivity (delivered / discarded / looped) and the
 //! channel dependency graph of the paths taken.
 
-use super::dlr::{DiscardReason, DlrConfig, DlrDecision, DlrError, DlrPacketState, DlrStep};
-use super::dlr::{DlrFaults, DlrSwitch};
+use super::logic::{DiscardReason, DlrConfig, DlrDecision, DlrError, DlrPacketState, DlrStep};
+use super::logic::{DlrFaults, DlrSwitch};
 use crate::topology::{FaultSet, HostId, LinkId, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use std::collections::BTreeSet;
 

@@ -5,7 +5,7 @@
 //! intermediate nodes with per-leg D bits — with the offline selection code
 //! ([`RoutePlanner`], §3.8 order). Switches stay fault-oblivious.
 
-use crate::analysis::intermediate::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
+use super::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
 use crate::flit::{route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS, MAX_RUNS};
 use crate::topology::{FaultSet, HostId, Topology};
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,7 @@
 //! table ever changes).
 //!
 //! What the switch provides to the sans-IO decision logic of
-//! [`crate::recovery::dlr`]: the local port liveness (`port_up[p]` = not
+//! [`super::logic`]: the local port liveness (`port_up[p]` = not
 //! administratively down and the peer not declared dead), the head's port
 //! field ([`crate::flit::Head::dlr_port_field`]) and the input VC, which
 //! *is* the DLR layer (NL / ML / ML1 / ML2). A decision is committed (port
@@ -14,10 +14,14 @@
 //! output VC; a head that must wait is decided afresh on the next round, so
 //! a port that dies meanwhile is avoided.
 
-use super::{vc_alloc, Decision, DropReason, Switch, Switching};
-use crate::recovery::dlr::{
-    DlrDecision, DlrError, DlrPacketState, DlrStep, DlrSwitch, PortField, NL,
+use super::logic::{
+    DiscardReason, DlrDecision, DlrError, DlrPacketState, DlrStep, DlrSwitch, PortField, NL,
 };
+use super::NAME;
+use crate::mechanism::hook_any;
+use crate::switch::hook::SwitchHook;
+use crate::switch::routing;
+use crate::switch::{Decision, DropReason, Switch, Switching};
 use crate::topology::PortNo;
 
 /// Why a switch refuses a DLR configuration.
@@ -36,6 +40,120 @@ pub enum RerouteConfigError {
         "switch {switch}: this DLR variant needs {need} virtual channels, the fabric has {vcs}"
     )]
     Vcs { switch: u32, need: u8, vcs: u8 },
+}
+
+/// DLR's state in one switch.
+struct DlrHook {
+    dlr: DlrSwitch,
+    /// Why DLR discarded the head it decided last (if it did).
+    discard: Option<DiscardReason>,
+}
+
+impl SwitchHook for DlrHook {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    hook_any!();
+
+    /// Route and VC allocation for the head at the front of input VC `i`
+    /// by dynamic local rerouting: every head, instead of the table.
+    fn route(&mut self, sw: &mut Switch, i: usize) -> Option<Decision> {
+        let vcs = sw.cfg.vcs as usize;
+        let local = i >= sw.local_input();
+        let (mut in_port, mut in_vc) = (i / vcs, (i % vcs) as u8);
+        self.discard = None;
+        let f = sw.inputs[i].buf.front()?;
+        let Some(head) = f.head.as_ref() else {
+            return Some(Decision::Drop(DropReason::Orphan));
+        };
+        let dlr = &mut self.dlr;
+        let k = dlr.config().k;
+        // A host injects on whatever VC its endpoint uses; a packet entering
+        // the fabric is in the normal layer by definition.
+        if dlr.level() == 0 && (in_port as u32) < k {
+            in_vc = NL;
+        }
+        let target = routing::target(head);
+        if local {
+            // A packet this switch made (an SBRP recover request, or one it
+            // starts afresh) enters the fabric here, in the normal layer.
+            // The local input has no port number, so it is presented as an
+            // arrival that leaves DLR's choices intact: from above when the
+            // destination is below (down phase: the down port, or a
+            // misroute around it if it is dead), from below otherwise (up
+            // phase: d-mod-k's up port or another live one). Neither rule
+            // sends the packet back to its input port.
+            in_vc = NL;
+            in_port = if dlr.reaches_down(target) {
+                k as usize
+            } else {
+                0
+            };
+        }
+        let Some(port_field) = PortField::from_wire(head.dlr_port_field, k) else {
+            return Some(Decision::Drop(DropReason::BadRoute));
+        };
+        let mut pkt = DlrPacketState { port_field };
+        // radix = 2k ≤ 128 (DlrConfig caps k at 64): no allocation per head.
+        let mut alive = [false; 128];
+        let radix = sw.ports.len().min(alive.len());
+        for (p, a) in alive.iter_mut().enumerate().take(radix) {
+            *a = sw.port_alive(p);
+        }
+        let port_up = &alive[..radix];
+        let need = sw.need(head, f.seq);
+        let result = dlr.route(sw.now, target, in_port as PortNo, in_vc, &mut pkt, port_up);
+        let (port, vc, step) = match result {
+            Ok(DlrDecision::Forward { port, vc, step }) => (port as usize, vc, step),
+            Ok(DlrDecision::Discard { reason }) => {
+                self.discard = Some(reason);
+                return Some(Decision::Drop(DropReason::PortDown));
+            }
+            Err(DlrError::BadVc { .. }) => return Some(Decision::Drop(DropReason::BadVc)),
+            Err(DlrError::BadDestination { .. }) => {
+                return Some(Decision::Drop(DropReason::NoRoute))
+            }
+            Err(_) => return Some(Decision::Drop(DropReason::BadRoute)),
+        };
+        if port >= sw.ports.len() || !port_up[port] {
+            // DLR only forwards on ports it was told are alive.
+            return Some(Decision::Drop(DropReason::BadRoute));
+        }
+        if vc >= sw.cfg.vcs {
+            return Some(Decision::Drop(DropReason::BadVc));
+        }
+        let free = sw.outputs.is_free(port, vc);
+        let admitted = free
+            && match sw.cfg.switching {
+                Switching::Wormhole => true,
+                Switching::VirtualCutThrough => sw.ports[port].link.credits(vc) >= need,
+            };
+        if !admitted {
+            return Some(Decision::Wait {
+                on_credits: free.then_some((port, vc)),
+            });
+        }
+        if let Some(h) = sw.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) {
+            h.dlr_port_field = pkt.port_field.to_wire();
+        }
+        if step != DlrStep::Normal {
+            sw.counters.reroutes += 1;
+        }
+        Some(Decision::Grant {
+            out: port,
+            out_vc: vc,
+        })
+    }
+
+    /// The head DLR just discarded may be routed again from scratch with a
+    /// chance of success (no controller will install tables that would
+    /// unpark it) when it came in on a link (a packet this switch injected
+    /// itself was already routed from scratch) and its destination is not
+    /// cut off (the leaf's host link is dead: nothing reaches it until that
+    /// port is back).
+    fn may_route_afresh(&self, sw: &Switch, i: usize) -> bool {
+        i < sw.local_input() && self.discard != Some(DiscardReason::HostLinkDown)
+    }
 }
 
 impl Switch {
@@ -62,130 +180,20 @@ impl Switch {
                 });
             }
         }
-        self.reroute = dlr;
+        let hook = dlr.map(|dlr| Box::new(DlrHook { dlr, discard: None }) as Box<dyn SwitchHook>);
+        self.set_hook(crate::mechanism::rank(NAME), NAME, hook);
         self.pump();
         Ok(())
     }
 
     /// The DLR state, if local rerouting is on.
     pub fn local_reroute(&self) -> Option<&DlrSwitch> {
-        self.reroute.as_ref()
-    }
-
-    /// Whether port `p` can carry traffic now (DLR's `port_up`).
-    fn port_alive(&self, p: usize) -> bool {
-        !self.ports[p].failed && self.ports[p].link.is_admin_up()
-    }
-
-    /// Route and VC allocation for the head at the front of input VC `i`
-    /// by dynamic local rerouting. Only called with `self.reroute` set.
-    pub(super) fn decide_local_reroute(&mut self, i: usize) -> Decision {
-        let vcs = self.cfg.vcs as usize;
-        let local = i >= self.local_input();
-        let (mut in_port, mut in_vc) = (i / vcs, (i % vcs) as u8);
-        self.dlr_discard = None;
-        let Some(f) = self.inputs[i].buf.front() else {
-            return Decision::Wait { on_credits: None };
-        };
-        let Some(head) = f.head.as_ref() else {
-            return Decision::Drop(DropReason::Orphan);
-        };
-        let Some(mut dlr) = self.reroute.take() else {
-            return Decision::Drop(DropReason::NoRoute);
-        };
-        let k = dlr.config().k;
-        // A host injects on whatever VC its endpoint uses; a packet entering
-        // the fabric is in the normal layer by definition.
-        if dlr.level() == 0 && (in_port as u32) < k {
-            in_vc = NL;
-        }
-        let target = super::routing::target(head);
-        if local {
-            // A packet this switch made (an SBRP recover request, or one it
-            // starts afresh, see `resolve_front`) enters the fabric here, in
-            // the normal layer. The local input has no port number, so it
-            // is presented as an arrival that leaves DLR's choices intact:
-            // from above when the destination is below (down phase: the
-            // down port, or a misroute around it if it is dead), from below
-            // otherwise (up phase: d-mod-k's up port or another live one).
-            // Neither rule sends the packet back to its input port.
-            in_vc = NL;
-            in_port = if dlr.reaches_down(target) {
-                k as usize
-            } else {
-                0
-            };
-        }
-        let Some(port_field) = PortField::from_wire(head.dlr_port_field, k) else {
-            self.reroute = Some(dlr);
-            return Decision::Drop(DropReason::BadRoute);
-        };
-        let mut pkt = DlrPacketState { port_field };
-        // radix = 2k ≤ 128 (DlrConfig caps k at 64): no allocation per head.
-        let mut alive = [false; 128];
-        let radix = self.ports.len().min(alive.len());
-        for (p, a) in alive.iter_mut().enumerate().take(radix) {
-            *a = self.port_alive(p);
-        }
-        let port_up = &alive[..radix];
-        let need = match self.cfg.switching {
-            Switching::Wormhole => 1,
-            Switching::VirtualCutThrough => {
-                vc_alloc::vct_need(self.cfg.max_packet_flits, head, f.seq)
-            }
-        };
-        let result = dlr.route(
-            self.now,
-            target,
-            in_port as PortNo,
-            in_vc,
-            &mut pkt,
-            port_up,
-        );
-        self.reroute = Some(dlr);
-        let (port, vc, step) = match result {
-            Ok(DlrDecision::Forward { port, vc, step }) => (port as usize, vc, step),
-            Ok(DlrDecision::Discard { reason }) => {
-                self.dlr_discard = Some(reason);
-                return Decision::Drop(DropReason::PortDown);
-            }
-            Err(DlrError::BadVc { .. }) => return Decision::Drop(DropReason::BadVc),
-            Err(DlrError::BadDestination { .. }) => return Decision::Drop(DropReason::NoRoute),
-            Err(_) => return Decision::Drop(DropReason::BadRoute),
-        };
-        if port >= self.ports.len() || !port_up[port] {
-            // DLR only forwards on ports it was told are alive.
-            return Decision::Drop(DropReason::BadRoute);
-        }
-        if vc >= self.cfg.vcs {
-            return Decision::Drop(DropReason::BadVc);
-        }
-        let free = self.outputs.is_free(port, vc);
-        let admitted = free
-            && match self.cfg.switching {
-                Switching::Wormhole => true,
-                Switching::VirtualCutThrough => self.ports[port].link.credits(vc) >= need,
-            };
-        if !admitted {
-            return Decision::Wait {
-                on_credits: free.then_some((port, vc)),
-            };
-        }
-        if let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) {
-            h.dlr_port_field = pkt.port_field.to_wire();
-        }
-        if step != DlrStep::Normal {
-            self.counters.reroutes += 1;
-        }
-        Decision::Grant {
-            out: port,
-            out_vc: vc,
-        }
+        self.hook::<DlrHook>().map(|h| &h.dlr)
     }
 
     /// Whether an input VC holds a packet in progress (for tests).
     #[cfg(test)]
-    pub(super) fn input_state(&self, i: usize) -> super::input::InState {
+    pub(crate) fn input_state(&self, i: usize) -> crate::switch::input::InState {
         self.inputs[i].state
     }
 }
@@ -194,10 +202,10 @@ impl Switch {
 mod tests {
     use super::*;
     use crate::flit::{Flit, FlitKind, Head};
-    use crate::host::sbrp::{self, RecoveryProtocol};
     use crate::link::Link;
     use crate::link::LinkConfig;
-    use crate::recovery::dlr::{DlrConfig, DlrFaults, DlrVariant, ML2};
+    use crate::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant, ML2};
+    use crate::mechanism::sbrp::{self, RecoveryProtocol};
     use crate::switch::input::InState;
     use crate::switch::SwitchConfig;
     use crate::topology::generators::kary_ntree;
@@ -453,9 +461,12 @@ mod tests {
             f.head.as_mut().unwrap().submsg = ssnf;
             vec![f]
         };
-        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS - 1));
+        let out = r.send(
+            1,
+            resend(crate::mechanism::sbrp::switch::DLR_EAGER_RESENDS - 1),
+        );
         assert_eq!(rrqs(&out).len(), 1, "{out:?}");
-        let out = r.send(1, resend(crate::switch::DLR_EAGER_RESENDS));
+        let out = r.send(1, resend(crate::mechanism::sbrp::switch::DLR_EAGER_RESENDS));
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(r.sw.sbrp_counters().rrq_sent, 2);
         assert_eq!(r.sw.sbrp_counters().rrq_parked, 1);
@@ -467,7 +478,7 @@ mod tests {
         assert_eq!(rrq.len(), 1, "{out:?}");
         assert_eq!(
             rrq[0].1.head.as_ref().unwrap().submsg,
-            crate::switch::DLR_EAGER_RESENDS
+            crate::mechanism::sbrp::switch::DLR_EAGER_RESENDS
         );
     }
 

@@ -87,8 +87,13 @@ impl Mechanisms {
         ]
     }
 
-    /// Parses a Table 2 column label ("I", "I+D", "I×2", "Ix2+D", "D+M", …).
+    /// Parses a registry variant name (`i`, `i-d`, `ix2`, `d-m`, …, the
+    /// spelling of the command line, YAML and reports) or a Table 2 column
+    /// label as the paper prints it ("I", "I+D", "I×2", "Ix2+D", "D+M", …).
     pub fn parse(label: &str) -> Option<Mechanisms> {
+        if let Some(m) = crate::mechanism::parse(label).and_then(Mechanisms::of_variant) {
+            return Some(m);
+        }
         let norm = label.replace(['×', 'x', 'X'], "*").to_ascii_uppercase();
         let (mut ins, mut d, mut m) = (0u8, false, false);
         for part in norm.split('+').map(str::trim) {
@@ -442,6 +447,19 @@ mod tests {
         assert_eq!(Mechanisms::parse("Ix2+D"), Some(Mechanisms::i_x2_d()));
         assert_eq!(Mechanisms::parse("I+Q"), None);
         assert_eq!(Mechanisms::parse("I×9"), None);
+    }
+
+    #[test]
+    fn every_table2_column_is_a_registry_variant_under_its_one_spelling() {
+        for m in Mechanisms::table2_columns() {
+            let v = m
+                .variant()
+                .unwrap_or_else(|| panic!("{m} has no registry variant"));
+            assert_eq!(Mechanisms::parse(v.name), Some(m), "{}", v.name);
+        }
+        assert_eq!(Mechanisms::parse("i-d"), Some(Mechanisms::i_d()));
+        assert_eq!(Mechanisms::parse("ix2-d"), Some(Mechanisms::i_x2_d()));
+        assert_eq!(Mechanisms::parse("i-d-m"), Some(Mechanisms::i_d_m()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Functional verification of the four DLR algorithms (digest §4, §9).
 
 use super::*;
-use crate::recovery::dlr::{DlrVariant, ML, NL};
+use crate::mechanism::dlr::{DlrVariant, ML, NL};
 use crate::topology::generators::kary_ntree;
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -498,7 +498,7 @@ fn detour_then_transparent_return_after_repair() {
 
 #[test]
 fn bad_input_is_an_error_not_a_panic() {
-    use crate::recovery::dlr::{DlrError, DlrSwitch, PortField};
+    use crate::mechanism::dlr::{DlrError, DlrSwitch, PortField};
     let topo = kary_ntree(4, 3).unwrap();
     let cfg = DlrConfig::new(4, 3, DlrVariant::Deterministic, DlrFaults::Link);
     let mut sw = DlrSwitch::from_topology(cfg, &topo, 0).unwrap();
@@ -542,7 +542,7 @@ fn bad_input_is_an_error_not_a_panic() {
 
 #[test]
 fn vc_counts_and_port_field_encoding() {
-    use crate::recovery::dlr::PortField;
+    use crate::mechanism::dlr::PortField;
     let vcs = |v, f| DlrConfig::new(4, 3, v, f).vcs_needed();
     assert_eq!(vcs(DlrVariant::Deterministic, DlrFaults::Link), 2);
     assert_eq!(vcs(DlrVariant::Deterministic, DlrFaults::Switch), 3);
@@ -602,7 +602,7 @@ fn exhaustive_link_faults_on_4ary_3tree() {
 
 mod props {
     use super::*;
-    use crate::recovery::dlr::{DlrSwitch, PortField};
+    use crate::mechanism::dlr::{DlrSwitch, PortField};
     use proptest::prelude::*;
 
     proptest! {
@@ -636,7 +636,7 @@ mod props {
                 port_field: PortField::from_wire(field % 8, k).unwrap_or_default(),
             };
             match sw.route(now, dst, in_port, in_vc, &mut pkt, &port_up) {
-                Ok(crate::recovery::dlr::DlrDecision::Forward { port, vc, .. }) => {
+                Ok(crate::mechanism::dlr::DlrDecision::Forward { port, vc, .. }) => {
                     prop_assert!(port_up[port as usize], "dead port {port}");
                     prop_assert!(vc < cfg.vcs_needed());
                 }

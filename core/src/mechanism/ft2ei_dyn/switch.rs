@@ -18,11 +18,17 @@
 //! Faults are permanent (§4.1): a port that comes back stays excluded until
 //! the tables are reinstalled with a new state.
 
-use super::{Decision, Switch};
+use super::protocol::{Ctrl, DynRoute, Ft2eiDynSwitch, Send};
+use super::NAME;
 use crate::flit::{flags, route_flags, Flit, FlitKind, Head};
-use crate::recovery::ft2ei_dyn::{Ctrl, DynRoute, Ft2eiDynSwitch, Send};
+use crate::mechanism::hook_any;
+use crate::switch::hook::{Intercept, SwitchHook};
+use crate::switch::input::InState;
+use crate::switch::routing::{self, Route};
+use crate::switch::{Decision, DropReason, Switch};
 use crate::topology::{HostId, PortNo};
 use bytes::{BufMut, Bytes, BytesMut};
+use std::collections::VecDeque;
 
 /// Why a switch refuses a dynamic FT²EI configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +87,212 @@ pub fn ctrl_flit(c: Ctrl, now: u64) -> Flit {
     }
 }
 
+/// The protocol's state in one switch.
+struct Ft2eiHook {
+    state: Ft2eiDynSwitch,
+    /// CTRL copies to send, each bound to its port, fed through the local
+    /// input ahead of the RRQs.
+    ctrl_pending: VecDeque<(PortNo, Flit)>,
+    /// The port of the CTRL now in the local input.
+    ctrl_local_port: Option<PortNo>,
+    /// The last protocol error, until the owner takes it.
+    error: Option<String>,
+}
+
+impl Ft2eiHook {
+    /// Queues the protocol's output and accounts for its updates.
+    fn after(
+        &mut self,
+        sw: &mut Switch,
+        before: u64,
+        r: Result<Vec<Send>, impl std::fmt::Display>,
+    ) {
+        let applied = self.state.updates() - before;
+        if applied > 0 {
+            sw.counters.ft2ei.exclusion_updates += applied;
+            sw.counters.ft2ei.last_update_ns = sw.now;
+        }
+        match r {
+            Ok(sends) => {
+                let now = sw.now;
+                self.ctrl_pending
+                    .extend(sends.into_iter().map(|s| (s.port, ctrl_flit(s.ctrl, now))));
+            }
+            Err(e) => {
+                sw.counters.ft2ei.errors += 1;
+                self.error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// `on_local_fault` for port `p`, which was just declared dead.
+    fn local_fault(&mut self, sw: &mut Switch, p: usize) {
+        let t = self.state.tree();
+        if t.is_top(self.state.id()) && p as u32 >= t.k && !self.state.is_ruft() {
+            // A top switch's up ports are not cabled in a k-ary n-tree:
+            // nothing the protocol needs to know.
+            return;
+        }
+        let before = self.state.updates();
+        let r = self.state.on_local_fault(p as PortNo);
+        if sw.counters.ft2ei.fault_ns == 0 {
+            sw.counters.ft2ei.fault_ns = sw.now.max(1);
+        }
+        self.after(sw, before, r);
+    }
+
+    /// A CTRL flit arrived on `port`: it is consumed here.
+    fn receive(&mut self, sw: &mut Switch, port: usize, f: &Flit) {
+        sw.counters.ft2ei.ctrl_received += 1;
+        let Some(c) = decode_ctrl(&f.payload) else {
+            sw.counters.ft2ei.errors += 1;
+            self.error = Some(format!(
+                "switch {}: CTRL on port {port} with a {}-byte payload (12 expected)",
+                self.state.id(),
+                f.payload.len()
+            ));
+            return;
+        };
+        let before = self.state.updates();
+        let r = self.state.on_ctrl(c, port as PortNo);
+        self.after(sw, before, r);
+    }
+
+    /// The allocation decision for a CTRL in the local input, bound to
+    /// `port`: `None` when the port died and the copy must be discarded.
+    fn decide_ctrl(sw: &Switch, port: PortNo) -> Option<Decision> {
+        let out = port as usize;
+        if out >= sw.ports.len() || !sw.port_alive(out) {
+            return None;
+        }
+        let out_vc = 0;
+        let free = sw.outputs.is_free(out, out_vc);
+        let admitted = free && sw.ports[out].link.credits(out_vc) >= 1;
+        Some(if admitted {
+            Decision::Grant { out, out_vc }
+        } else {
+            Decision::Wait {
+                on_credits: free.then_some((out, out_vc)),
+            }
+        })
+    }
+}
+
+impl SwitchHook for Ft2eiHook {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    hook_any!();
+
+    /// A received CTRL is consumed whole (store-and-forward: the one-flit
+    /// packet is all here); one of ours in the local input claims its port.
+    fn intercept(&mut self, sw: &mut Switch, i: usize) -> Intercept {
+        let Some(f) = sw.inputs[i].buf.front() else {
+            return Intercept::Pass;
+        };
+        if f.flags & flags::FT2EI_CTRL == 0 {
+            return Intercept::Pass;
+        }
+        if i < sw.local_input() {
+            let port = i / sw.cfg.vcs as usize;
+            if let Some(f) = sw.pop_input(i) {
+                self.receive(sw, port, &f);
+            }
+            return Intercept::Again;
+        }
+        let port = self.ctrl_local_port.unwrap_or(PortNo::MAX);
+        match Self::decide_ctrl(sw, port) {
+            Some(Decision::Grant { out, out_vc }) => {
+                sw.counters.ft2ei.ctrl_sent += 1;
+                sw.outputs.claim(out, out_vc, i as u32);
+                sw.inputs[i].state = InState::Active {
+                    out: out as PortNo,
+                    out_vc,
+                    started: false,
+                };
+                Intercept::Again
+            }
+            Some(_) => Intercept::Wait,
+            None => {
+                sw.pop_input(i);
+                self.ctrl_local_port = None;
+                sw.counters.ft2ei.ctrl_dropped += 1;
+                Intercept::Again
+            }
+        }
+    }
+
+    /// The dynamic routing function's ports for the head at input `i`
+    /// (interval routing with this switch's own exclusion registers,
+    /// adaptive among the allowed up ports), instead of the table's.
+    fn route(&mut self, sw: &mut Switch, i: usize) -> Option<Decision> {
+        let f = sw.inputs[i].buf.front()?;
+        let Some(head) = f.head.as_ref() else {
+            return Some(Decision::Drop(DropReason::Orphan));
+        };
+        let in_port = i / sw.cfg.vcs as usize;
+        let deflected = head.route_flags & route_flags::DEFLECTED != 0;
+        let ports: Vec<PortNo>;
+        let route = match self
+            .state
+            .route(routing::target(head), in_port as PortNo, deflected)
+        {
+            DynRoute::Ports(p) => {
+                ports = p;
+                Route::Adaptive {
+                    candidates: &ports,
+                    escape: None,
+                }
+            }
+            DynRoute::Deflect(p) => Route::Fixed(p),
+            DynRoute::None => return Some(Decision::Drop(DropReason::NoRoute)),
+        };
+        Some(sw.decide_route(i, head, f.seq, route))
+    }
+
+    /// A head routed by the protocol was granted `out`: tag it if that is
+    /// an emergency deflection, untag it otherwise.
+    fn on_grant(&mut self, sw: &mut Switch, i: usize, out: usize) {
+        let t = self.state.tree();
+        let id = self.state.id();
+        let Some(h) = sw.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) else {
+            return;
+        };
+        let d = routing::target(h);
+        let deflected =
+            !self.state.is_ruft() && t.is_below(id, d) && out as u32 != t.digit(d, t.stage(id));
+        if deflected {
+            h.route_flags |= route_flags::DEFLECTED;
+            sw.counters.ft2ei.deflections += 1;
+        } else {
+            h.route_flags &= !route_flags::DEFLECTED;
+        }
+    }
+
+    fn on_port_failed(&mut self, sw: &mut Switch, p: usize, newly: bool) {
+        if newly {
+            self.local_fault(sw, p);
+        }
+    }
+
+    /// Control packets first: they keep reconfiguration short (§4.5).
+    fn inject(&mut self, _sw: &mut Switch) -> Option<Flit> {
+        let (port, f) = self.ctrl_pending.pop_front()?;
+        self.ctrl_local_port = Some(port);
+        Some(f)
+    }
+
+    /// The non-preemptive priority of §4.5: control packets (local input)
+    /// get the first claim on a free output VC.
+    fn local_input_first(&self) -> bool {
+        true
+    }
+
+    fn in_flight_flits(&self) -> u64 {
+        self.ctrl_pending.len() as u64
+    }
+}
+
 impl Switch {
     /// Runs dynamic FT²EI from now on (`Some`), or stops (`None`). Ports
     /// already dead are reported to the protocol at once.
@@ -96,143 +308,44 @@ impl Switch {
                 });
             }
         }
-        self.ft2ei = state;
-        let dead: Vec<usize> = (0..self.ports.len())
-            .filter(|&p| self.ports[p].failed || !self.ports[p].link.is_admin_up())
-            .collect();
-        for p in dead {
-            self.ft2ei_local_fault(p);
+        let rank = crate::mechanism::rank(NAME);
+        let Some(state) = state else {
+            self.set_hook(rank, NAME, None);
+            self.pump();
+            return Ok(());
+        };
+        let mut hook = Ft2eiHook {
+            state,
+            ctrl_pending: VecDeque::new(),
+            ctrl_local_port: None,
+            error: None,
+        };
+        for p in 0..self.ports.len() {
+            if !self.port_alive(p) {
+                hook.local_fault(self, p);
+            }
         }
+        self.set_hook(rank, NAME, Some(Box::new(hook)));
         self.pump();
         Ok(())
     }
 
     pub fn ft2ei_dyn(&self) -> Option<&Ft2eiDynSwitch> {
-        self.ft2ei.as_ref()
+        self.hook::<Ft2eiHook>().map(|h| &h.state)
     }
 
     /// The last protocol error (counted in `counters().ft2ei.errors`),
     /// taken so that the owner logs each once.
     pub fn take_ft2ei_error(&mut self) -> Option<String> {
-        self.ft2ei_error.take()
-    }
-
-    /// Queues the protocol's output and accounts for its updates.
-    fn ft2ei_after(&mut self, before: u64, r: Result<Vec<Send>, impl std::fmt::Display>) {
-        let Some(s) = self.ft2ei.as_ref() else {
-            return;
-        };
-        let applied = s.updates() - before;
-        if applied > 0 {
-            self.counters.ft2ei.exclusion_updates += applied;
-            self.counters.ft2ei.last_update_ns = self.now;
-        }
-        match r {
-            Ok(sends) => {
-                let now = self.now;
-                self.ctrl_pending
-                    .extend(sends.into_iter().map(|s| (s.port, ctrl_flit(s.ctrl, now))));
-            }
-            Err(e) => {
-                self.counters.ft2ei.errors += 1;
-                self.ft2ei_error = Some(e.to_string());
-            }
-        }
-    }
-
-    /// `on_local_fault` for port `p`, which was just declared dead.
-    pub(super) fn ft2ei_local_fault(&mut self, p: usize) {
-        let Some(s) = self.ft2ei.as_mut() else {
-            return;
-        };
-        let t = s.tree();
-        if t.is_top(s.id()) && p as u32 >= t.k && !s.is_ruft() {
-            // A top switch's up ports are not cabled in a k-ary n-tree:
-            // nothing the protocol needs to know.
-            return;
-        }
-        let before = s.updates();
-        let r = s.on_local_fault(p as PortNo);
-        if self.counters.ft2ei.fault_ns == 0 {
-            self.counters.ft2ei.fault_ns = self.now.max(1);
-        }
-        self.ft2ei_after(before, r);
-    }
-
-    /// A CTRL flit arrived on `port`: it is consumed here.
-    pub(super) fn ft2ei_receive(&mut self, port: usize, f: &Flit) {
-        self.counters.ft2ei.ctrl_received += 1;
-        let Some(s) = self.ft2ei.as_mut() else {
-            return;
-        };
-        let Some(c) = decode_ctrl(&f.payload) else {
-            self.counters.ft2ei.errors += 1;
-            self.ft2ei_error = Some(format!(
-                "switch {}: CTRL on port {port} with a {}-byte payload (12 expected)",
-                s.id(),
-                f.payload.len()
-            ));
-            return;
-        };
-        let before = s.updates();
-        let r = s.on_ctrl(c, port as PortNo);
-        self.ft2ei_after(before, r);
-    }
-
-    /// The allocation decision for a CTRL in the local input, bound to
-    /// `port`: `None` when the port died and the copy must be discarded.
-    pub(super) fn decide_ctrl(&self, port: PortNo) -> Option<Decision> {
-        let out = port as usize;
-        if out >= self.ports.len() || self.ports[out].failed || !self.ports[out].link.is_admin_up()
-        {
-            return None;
-        }
-        let out_vc = 0;
-        let free = self.outputs.is_free(out, out_vc);
-        let admitted = free && self.ports[out].link.credits(out_vc) >= 1;
-        Some(if admitted {
-            Decision::Grant { out, out_vc }
-        } else {
-            Decision::Wait {
-                on_credits: free.then_some((out, out_vc)),
-            }
-        })
-    }
-
-    /// The dynamic routing function's ports for the head at input `i`.
-    pub(super) fn ft2ei_route(&self, in_port: usize, head: &Head) -> Option<DynRoute> {
-        let s = self.ft2ei.as_ref()?;
-        let deflected = head.route_flags & route_flags::DEFLECTED != 0;
-        Some(s.route(super::routing::target(head), in_port as PortNo, deflected))
-    }
-
-    /// A head routed by the protocol was granted `out`: tag it if that is
-    /// an emergency deflection, untag it otherwise.
-    pub(super) fn ft2ei_granted(&mut self, i: usize, out: usize) {
-        let Some(s) = self.ft2ei.as_ref() else {
-            return;
-        };
-        let t = s.tree();
-        let id = s.id();
-        let Some(h) = self.inputs[i].buf.front_mut().and_then(|f| f.head.as_mut()) else {
-            return;
-        };
-        let d = super::routing::target(h);
-        let deflected = !s.is_ruft() && t.is_below(id, d) && out as u32 != t.digit(d, t.stage(id));
-        if deflected {
-            h.route_flags |= route_flags::DEFLECTED;
-            self.counters.ft2ei.deflections += 1;
-        } else {
-            h.route_flags &= !route_flags::DEFLECTED;
-        }
+        self.hook_mut::<Ft2eiHook>()?.error.take()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::protocol::Ft2eiDynConfig;
     use super::*;
     use crate::link::{Link, LinkConfig};
-    use crate::recovery::ft2ei_dyn::Ft2eiDynConfig;
     use crate::switch::SwitchConfig;
 
     #[test]

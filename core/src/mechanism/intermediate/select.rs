@@ -583,7 +583,7 @@ mod tests {
                 },
                 Leg {
                     target: 1,
-                    kind: LegKind::Deterministic(crate::analysis::intermediate::DetOrder::Dor),
+                    kind: LegKind::Deterministic(crate::mechanism::intermediate::DetOrder::Dor),
                     prefix: vec![],
                     hops: 1,
                 },

@@ -1,0 +1,90 @@
+//! Dynamic local rerouting (*Dynamic Fault Tolerance in Fat Trees*): the
+//! switches of a k-ary n-tree misroute around a dead port on their own.
+//! The decision logic is [`logic`], its place in the switch pipeline
+//! [`switch`], and [`walk`] an untimed model of a fabric running it (for
+//! tests and the connectivity analysis).
+
+pub mod logic;
+pub mod switch;
+pub mod walk;
+
+pub use logic::*;
+pub use switch::RerouteConfigError;
+
+use super::{Applies, Mechanism, Variant};
+use crate::topology::{Family, Topology};
+
+/// The mechanism's registry name.
+pub const NAME: &str = "dlr";
+
+/// DLR in the registry.
+pub struct Dlr;
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "dlr",
+        mechanism: NAME,
+        summary: "deterministic, link and switch faults",
+        vcs_needed: |_| {
+            DlrConfig::new(2, 2, DlrVariant::Deterministic, DlrFaults::Switch).vcs_needed()
+        },
+    },
+    Variant {
+        name: "dlr-link",
+        mechanism: NAME,
+        summary: "deterministic, link faults only",
+        vcs_needed: |_| {
+            DlrConfig::new(2, 2, DlrVariant::Deterministic, DlrFaults::Link).vcs_needed()
+        },
+    },
+    Variant {
+        name: "dlr-adaptive",
+        mechanism: NAME,
+        summary: "adaptive re-route vector, link and switch faults",
+        vcs_needed: |_| DlrConfig::new(2, 2, DlrVariant::Adaptive, DlrFaults::Switch).vcs_needed(),
+    },
+    Variant {
+        name: "dlr-adaptive-link",
+        mechanism: NAME,
+        summary: "adaptive re-route vector, link faults only",
+        vcs_needed: |_| DlrConfig::new(2, 2, DlrVariant::Adaptive, DlrFaults::Link).vcs_needed(),
+    },
+];
+
+impl Mechanism for Dlr {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn applies(&self) -> Applies {
+        Applies::KaryNTree
+    }
+    fn variants(&self) -> &'static [Variant] {
+        VARIANTS
+    }
+}
+
+impl DlrConfig {
+    /// The configuration a registry variant selects for `topo`: `Ok(None)`
+    /// for a variant of another mechanism, an error when `topo` is not a
+    /// k-ary n-tree.
+    pub fn of_variant(
+        v: &Variant,
+        topo: &Topology,
+    ) -> Result<Option<Self>, super::ApplicabilityError> {
+        let (variant, faults) = match v.name {
+            "dlr" => (DlrVariant::Deterministic, DlrFaults::Switch),
+            "dlr-link" => (DlrVariant::Deterministic, DlrFaults::Link),
+            "dlr-adaptive" => (DlrVariant::Adaptive, DlrFaults::Switch),
+            "dlr-adaptive-link" => (DlrVariant::Adaptive, DlrFaults::Link),
+            _ => return Ok(None),
+        };
+        let Family::KaryNTree { k, n } = topo.family else {
+            return Err(super::ApplicabilityError::WrongTopology {
+                variant: v.name,
+                applies: Applies::KaryNTree.describe(),
+                topology: topo.name.clone(),
+            });
+        };
+        Ok(Some(DlrConfig::new(k, n, variant, faults)))
+    }
+}

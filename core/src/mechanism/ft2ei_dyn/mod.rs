@@ -1,0 +1,70 @@
+//! Dynamic FT²EI (*Fault-Tolerant Routing in Fat Trees with Exclusion
+//! Intervals*, §4.5–§4.6): the switches of a k-ary n-tree install exclusion
+//! intervals themselves, by control packets, while traffic runs. The
+//! protocol is [`protocol`]; its place in the switch pipeline is [`switch`].
+
+pub mod protocol;
+pub mod switch;
+
+pub use protocol::*;
+pub use switch::{ctrl_flit, decode_ctrl, encode_ctrl, Ft2eiConfigError};
+
+use super::{Applies, Mechanism, Variant};
+use crate::topology::Topology;
+
+/// The mechanism's registry name.
+pub const NAME: &str = "ft2ei-dyn";
+
+/// Dynamic FT²EI in the registry.
+pub struct Ft2eiDyn;
+
+fn one_vc(_: &Topology) -> u8 {
+    1
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "ft2ei-dyn",
+        mechanism: NAME,
+        summary: "exclusion intervals by control packets; caught packets take an emergency path",
+        vcs_needed: one_vc,
+    },
+    Variant {
+        name: "ft2ei-dyn-drop",
+        mechanism: NAME,
+        summary: "exclusion intervals by control packets; caught packets are dropped",
+        vcs_needed: one_vc,
+    },
+];
+
+impl Mechanism for Ft2eiDyn {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn applies(&self) -> Applies {
+        Applies::KaryNTree
+    }
+    fn variants(&self) -> &'static [Variant] {
+        VARIANTS
+    }
+}
+
+impl Ft2eiDynConfig {
+    /// The configuration a registry variant selects for a `k`-ary
+    /// `n`-tree, with the two exclusion intervals per port the paper finds
+    /// enough (§6.3); `None` for a variant of another mechanism.
+    pub fn of_variant(v: &Variant, k: u32, n: u32) -> Option<Self> {
+        let emergency = match v.name {
+            "ft2ei-dyn" => true,
+            "ft2ei-dyn-drop" => false,
+            _ => return None,
+        };
+        Some(Ft2eiDynConfig {
+            k,
+            n,
+            n_ei: 2,
+            emergency,
+            ruft: false,
+        })
+    }
+}

@@ -1,0 +1,324 @@
+//! The switch half of SBRP: as node C (its output died mid-packet) the
+//! switch absorbs the rest of the packet and, for SBRP-0/1, sends the
+//! source a recover request (RRQ); as node A (its input died) it closes
+//! the packet downstream with a non-final tail (NFT); and it keeps the R-3
+//! "shadow" of packets whose tail left but may still die on the link.
+
+use super::{rrq_flit, RecoveryProtocol, NAME};
+use crate::flit::{flags, route_flags, Flit, FlitKind};
+use crate::mechanism::hook_any;
+use crate::switch::hook::SwitchHook;
+use crate::switch::input::Tracked;
+use crate::switch::{DropReason, Switch};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// What this switch did for SBRP.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SbrpSwitchCounters {
+    /// Recover requests generated as node C (or for a head whose output died).
+    pub rrq_sent: u64,
+    /// Non-final tails generated as node A.
+    pub nft_generated: u64,
+    /// Packets whose output died mid-packet (their rest is absorbed).
+    pub cut_packets: u64,
+    /// RRQs not queued because the queue was full.
+    pub rrq_overflow: u64,
+    /// Packets reported from the R-3 shadow: their tail had left, but not
+    /// yet been freed by the peer, when the port died (part of
+    /// `cut_packets`).
+    #[serde(default)]
+    pub shadow_reports: u64,
+    /// RRQs (own or passing through) that found their route dead and
+    /// waited for new tables instead of being dropped.
+    #[serde(default)]
+    pub rrq_parked: u64,
+    /// With dynamic local rerouting: RRQs passing through that DLR could not
+    /// route on (their detour's return path died) and that this switch
+    /// started afresh from its local input instead of parking them.
+    #[serde(default)]
+    pub rrq_restarted: u64,
+}
+
+/// RRQs a switch queues at most (a burst of cuts after a node death).
+const MAX_PENDING_RRQS: usize = 4096;
+
+/// Under DLR, the RRQ for a head DLR discards is sent at once while the
+/// packet has been resent fewer times than this (its SSNF); after that it is
+/// parked until a port comes back. Within DLR's guarantee one fresh route
+/// from the source suffices; beyond it (more than k−1 faults, a switch fault
+/// under a link-only variant) every resend may meet the same dead end, and
+/// without this bound sender and switch would bounce it forever.
+pub(crate) const DLR_EAGER_RESENDS: u16 = 8;
+
+/// The SBRP state of one switch.
+struct SbrpHook {
+    protocol: RecoveryProtocol,
+    /// RRQs waiting for the local input VC (input index `radix * vcs`,
+    /// which has no link).
+    rrq_pending: VecDeque<Flit>,
+    /// RRQs whose route leads to a dead port: kept until a new table (or
+    /// the port coming back) may route them, then re-injected through the
+    /// local input. Dropping them would lose the recovery they ask for.
+    rrq_parked: VecDeque<Flit>,
+    /// Per output VC (`port * vcs + vc`), the packets whose tail already
+    /// left on it, with the VC's flit count at their tail: the R-3
+    /// "shadow" of node C. A packet whose tail is among the flits the peer
+    /// has not freed yet may still die on the link (case d: C no longer
+    /// tracks it, and if its head died too nobody else will report it).
+    shadows: Vec<VecDeque<(u64, Tracked)>>,
+    counters: SbrpSwitchCounters,
+}
+
+impl SbrpHook {
+    /// Flits that may be lost between C's count and A (`max_ca`, the SBRP
+    /// paper's §8 item 6): B's input buffer plus what B may hold toward A
+    /// (its output queue is bounded by A's credits), one buffer depth each.
+    fn max_ca(sw: &Switch) -> u32 {
+        2 * sw.cfg.buffer_depth as u32
+    }
+
+    /// Queues a recover request for a packet this switch could not carry
+    /// past a dead output (as node C, `FRH_C`).
+    fn report_cut(&mut self, sw: &Switch, t: Tracked) {
+        self.queue_rrq(sw, t, false);
+    }
+
+    /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
+    /// it to the receiver) and queues it, or parks it until new tables when
+    /// `park` (the packet's route is a dead port: a resend sent before the
+    /// tables change would take the same dead route and be cut again).
+    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool) {
+        if t.is_rrq {
+            return;
+        }
+        let max_ca = Self::max_ca(sw);
+        let from = match self.protocol {
+            RecoveryProtocol::None => return,
+            RecoveryProtocol::Sbrp0 => t.first_seq,
+            RecoveryProtocol::Sbrp1 => t.first_seq + t.forwarded.saturating_sub(max_ca),
+            // SBRP-2 leaves the RRQ to the receiver, unless the head itself
+            // may have died in B (head loss, §8 item 4: the hybrid the
+            // digest suggests): then nothing reaches the receiver.
+            RecoveryProtocol::Sbrp2 if t.forwarded <= max_ca => t.first_seq,
+            RecoveryProtocol::Sbrp2 => return,
+        };
+        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
+            self.counters.rrq_overflow += 1;
+            return;
+        }
+        self.counters.rrq_sent += 1;
+        let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
+        if park {
+            self.counters.rrq_parked += 1;
+            self.rrq_parked.push_back(rrq);
+        } else {
+            self.rrq_pending.push_back(rrq);
+        }
+    }
+}
+
+impl SwitchHook for SbrpHook {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    hook_any!();
+
+    fn on_drop(
+        &mut self,
+        sw: &mut Switch,
+        _i: usize,
+        mut f: Flit,
+        reason: DropReason,
+        track: Option<Tracked>,
+        afresh: bool,
+    ) -> Option<Flit> {
+        let resend = matches!(reason, DropReason::PortDown | DropReason::HoqLifetime);
+        if !(resend && self.protocol.is_on()) {
+            return Some(f);
+        }
+        if track.is_some_and(|t| t.is_rrq)
+            && self.rrq_pending.len() + self.rrq_parked.len() < MAX_PENDING_RRQS
+        {
+            if reason == DropReason::HoqLifetime || afresh {
+                // Local rerouting could not continue this RRQ's detour (its
+                // way back died), or it waited out the head-of-queue
+                // lifetime (presumed deadlocked: out of the buffer it
+                // goes): route it anew from here, in the normal layer.
+                // Should that fail too, it is parked (local input) or waits
+                // out the lifetime again.
+                if let Some(h) = f.head.as_mut() {
+                    h.dlr_port_field = 0;
+                    h.route_flags &= !route_flags::LOCAL_MISROUTED;
+                }
+                f.vc = 0;
+                self.counters.rrq_restarted += 1;
+                self.rrq_pending.push_back(f);
+            } else {
+                // An RRQ toward a dead port (tables not yet updated, or
+                // nothing local rerouting can route around): keep it for
+                // new tables or a port back up.
+                self.counters.rrq_parked += 1;
+                self.rrq_parked.push_back(f);
+            }
+            return None;
+        }
+        // Its route leads to a dead port: nothing of the packet passed, so
+        // ask for all of it (from its head). Controller routing: once the
+        // tables have changed (a resend now would take the same dead
+        // route). Local rerouting: at once, the resend is routed afresh
+        // around what is dead now, unless the destination itself is cut off
+        // or the packet was already resent `DLR_EAGER_RESENDS` times. A head
+        // that waited out its lifetime: at once, always (its route is
+        // alive, and no new table or port coming back would unpark the
+        // request; each round costs a lifetime, so no storm).
+        let park = reason == DropReason::PortDown
+            && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS));
+        if let Some(t) = track {
+            self.queue_rrq(sw, t, park);
+        }
+        Some(f)
+    }
+
+    fn on_input_dead(&mut self, sw: &mut Switch, i: usize) -> bool {
+        let vcs = sw.cfg.vcs as usize;
+        if !self.protocol.is_on() || sw.inputs[i].synthetic_tail {
+            return false;
+        }
+        // Node A: close the packet downstream with a non-final tail, after
+        // what was buffered.
+        let Some(t) = sw.inputs[i].track else {
+            return false;
+        };
+        sw.inputs[i].buf.push_back(Flit {
+            kind: FlitKind::Tail,
+            vc: (i % vcs) as u8,
+            flags: flags::NON_FINAL_TAIL,
+            msg: t.msg,
+            packet: t.packet,
+            seq: t.first_seq + t.forwarded,
+            head: None,
+            payload: Bytes::new(),
+        });
+        sw.inputs[i].synthetic_tail = true;
+        self.counters.nft_generated += 1;
+        true
+    }
+
+    fn on_tail_sent(&mut self, sw: &mut Switch, out: usize, out_vc: u8, t: Tracked, sent: u64) {
+        if !self.protocol.is_on() || t.is_rrq {
+            return;
+        }
+        let depth = sw.cfg.buffer_depth as u64;
+        let q = &mut self.shadows[out * sw.cfg.vcs as usize + out_vc as usize];
+        // Only the last `depth` flits of a VC can be unfreed.
+        while q.front().is_some_and(|(n, _)| n + depth <= sent) {
+            q.pop_front();
+        }
+        q.push_back((sent, t));
+    }
+
+    fn on_port_failed(&mut self, sw: &mut Switch, p: usize, _newly: bool) {
+        if !self.protocol.is_on() {
+            return;
+        }
+        // R-3 (§8 item 3): packets whose tail left on this port but is not
+        // yet freed by the peer may be lost with it.
+        let vcs = sw.cfg.vcs as usize;
+        let depth = sw.cfg.buffer_depth;
+        for vc in 0..vcs {
+            let sent = sw.counters.ports[p].vcs[vc].tx_flits;
+            let outstanding = depth.saturating_sub(sw.ports[p].link.credits(vc as u8)) as u64;
+            let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
+            for (tail_no, t) in shadows {
+                if tail_no + outstanding > sent {
+                    self.counters.cut_packets += 1;
+                    self.counters.shadow_reports += 1;
+                    self.report_cut(sw, t);
+                }
+            }
+        }
+    }
+
+    fn on_packet_cut(&mut self, sw: &mut Switch, i: usize) {
+        // Node C: the orphans are absorbed up to the tail; report.
+        if !self.protocol.is_on() {
+            return;
+        }
+        self.counters.cut_packets += 1;
+        if let Some(t) = sw.inputs[i].track.take() {
+            self.report_cut(sw, t);
+        }
+    }
+
+    fn on_routes_changed(&mut self, _sw: &mut Switch) {
+        // Parked RRQs get another chance (new tables, or a port back up).
+        self.rrq_pending.extend(self.rrq_parked.drain(..));
+    }
+
+    fn inject(&mut self, _sw: &mut Switch) -> Option<Flit> {
+        self.rrq_pending.pop_front()
+    }
+
+    fn in_flight_flits(&self) -> u64 {
+        self.rrq_pending.len() as u64
+    }
+}
+
+/// Counters of a switch that never ran SBRP.
+const NO_COUNTERS: SbrpSwitchCounters = SbrpSwitchCounters {
+    rrq_sent: 0,
+    nft_generated: 0,
+    cut_packets: 0,
+    rrq_overflow: 0,
+    shadow_reports: 0,
+    rrq_parked: 0,
+    rrq_restarted: 0,
+};
+
+impl Switch {
+    /// Selects the recovery protocol. With one, a port that dies mid-packet
+    /// no longer leaves the packet open: as node C (output died) the switch
+    /// absorbs the rest and, for SBRP-0/1, sends the source a recover
+    /// request; as node A (input died) it closes the packet downstream with
+    /// a non-final tail. See `docs/sbrp.md`.
+    pub fn set_recovery(&mut self, protocol: RecoveryProtocol) {
+        if let Some(h) = self.hook_mut::<SbrpHook>() {
+            // Parked requests and counters stay.
+            h.protocol = protocol;
+            return;
+        }
+        if !protocol.is_on() {
+            return;
+        }
+        let shadows = vec![VecDeque::new(); self.cfg.radix * self.cfg.vcs as usize];
+        let hook = SbrpHook {
+            protocol,
+            rrq_pending: VecDeque::new(),
+            rrq_parked: VecDeque::new(),
+            shadows,
+            counters: SbrpSwitchCounters::default(),
+        };
+        self.set_hook(crate::mechanism::rank(NAME), NAME, Some(Box::new(hook)));
+    }
+
+    pub fn recovery(&self) -> RecoveryProtocol {
+        self.hook::<SbrpHook>()
+            .map_or(RecoveryProtocol::None, |h| h.protocol)
+    }
+
+    pub fn sbrp_counters(&self) -> &SbrpSwitchCounters {
+        self.hook::<SbrpHook>()
+            .map_or(&NO_COUNTERS, |h| &h.counters)
+    }
+
+    /// Recover requests parked until new tables or a port back up (for
+    /// tests that account for every message).
+    #[cfg(test)]
+    pub(crate) fn parked_rrqs(&self) -> impl Iterator<Item = &Flit> {
+        self.hook::<SbrpHook>()
+            .into_iter()
+            .flat_map(|h| h.rrq_parked.iter())
+    }
+}
