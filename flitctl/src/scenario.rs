@@ -565,6 +565,14 @@ impl Scenario {
     pub fn parse(path: &Path, text: &str) -> Result<Scenario> {
         let file: ScenarioFile = serde_yaml_ng::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        // The same bounds the daemons enforce, before anything starts.
+        file.fabric
+            .params()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: fabric: {}", path.display(), e.0))?;
+        crate::session::traffic_spec_of(&file.traffic, file.seed)
+            .validate(&file.fabric.params())
+            .map_err(|e| anyhow::anyhow!("{}: traffic: {}", path.display(), e.0))?;
         let at_entry = |i: usize| match entry_line(text, "timeline", i) {
             Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
             None => format!("{}: timeline[{i}]", path.display()),

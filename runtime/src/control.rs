@@ -146,6 +146,14 @@ impl ControlClient {
         })
     }
 
+    /// How long [`ControlClient::call`] waits for an answer (30 s unless
+    /// set).
+    pub fn set_timeout(&mut self, timeout: std::time::Duration) -> Result<()> {
+        self.writer.set_read_timeout(Some(timeout))?;
+        self.writer.set_write_timeout(Some(timeout))?;
+        Ok(())
+    }
+
     /// Sends one request and waits for its answer.
     pub fn call(&mut self, request: Request) -> Result<Response> {
         let env = Envelope {
