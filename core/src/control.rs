@@ -711,6 +711,33 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The request's `op` on the wire (`set-port`, …), for logs.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::InstallTable { .. } => "install-table",
+            Request::SetPort { .. } => "set-port",
+            Request::StartTraffic { .. } => "start-traffic",
+            Request::StopTraffic => "stop-traffic",
+            Request::Report => "report",
+            Request::Shutdown => "shutdown",
+            Request::SetAllPorts { .. } => "set-all-ports",
+            Request::Corrupt { .. } => "corrupt",
+            Request::ConfigureReroute { .. } => "configure-reroute",
+            Request::ConfigureFt2eiDyn { .. } => "configure-ft2ei-dyn",
+            Request::SetInjection { .. } => "set-injection",
+            Request::InFlight => "in-flight",
+            Request::SetIntermediateRoutes { .. } => "set-intermediate-routes",
+        }
+    }
+
+    /// Whether it only reads the daemon's state.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Request::Ping | Request::Report | Request::InFlight)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
     pub token: String,
@@ -887,6 +914,25 @@ mod tests {
         assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff"), Some([0xff; 6]));
         assert_eq!(parse_mac("ff:ff:ff:ff:ff"), None);
         assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff:00"), None);
+    }
+
+    #[test]
+    fn op_names_are_the_wire_tags() {
+        for r in [
+            Request::Ping,
+            Request::SetPort { port: 1, up: true },
+            Request::StopTraffic,
+            Request::Report,
+            Request::Shutdown,
+            Request::SetAllPorts { up: false },
+            Request::Corrupt { port: 0, count: 1 },
+            Request::ConfigureFt2eiDyn { config: None },
+            Request::SetInjection { paused: true },
+            Request::InFlight,
+        ] {
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["op"], r.op());
+        }
     }
 
     #[test]

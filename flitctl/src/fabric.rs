@@ -1113,11 +1113,11 @@ pub fn stall_reason(err: &anyhow::Error) -> String {
     });
     if timed_out {
         format!(
-            "stalled: no answer within {} s (stopped, or starved of CPU)",
+            "no answer within {} s: stopped, or starved of CPU",
             REPORT_TIMEOUT.as_secs()
         )
     } else {
-        format!("no answer: {:#}", err.root_cause())
+        format!("no answer: {}", err.root_cause())
     }
 }
 
@@ -1152,7 +1152,7 @@ pub fn down(run_dir: &Path) -> Result<Down> {
         .filter(|d| match d.process.check() {
             Ok(()) => true,
             // Exited (or was killed on purpose by a chaos run).
-            Err(_) if crate::process::start_time(d.process.pid).is_err() => false,
+            Err(_) if crate::process::exited(d.process.pid) => false,
             Err(e) => {
                 result.refused.push(format!("{}: {e:#}", d.name));
                 false

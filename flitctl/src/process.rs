@@ -33,6 +33,24 @@ fn parse_start_time(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
+/// Whether `pid` has exited: no such process, or a zombie waiting to be
+/// reaped (it has a stat file but no executable any more).
+pub fn exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    parse_state(&stat).is_none_or(|s| s == 'Z' || s == 'X')
+}
+
+/// Field 3 (`state`): R, S, D, T (stopped), Z (zombie), …
+fn parse_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// `/proc/<pid>/exe`, without the ` (deleted)` the kernel appends when the
 /// file was replaced (a rebuilt binary is still the same daemon).
 pub fn exe(pid: u32) -> Result<PathBuf> {
@@ -73,6 +91,9 @@ impl ProcessId {
         let Ok(now) = start_time(pid) else {
             bail!("pid {pid} is not running");
         };
+        if exited(pid) {
+            bail!("pid {pid} has exited");
+        }
         if now != self.start_time {
             bail!(
                 "pid {pid} started at tick {now}, not at tick {} as recorded: another \
@@ -107,6 +128,7 @@ mod tests {
         let stat = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
         assert_eq!(parse_start_time(stat), Some(987654));
         assert_eq!(parse_start_time("garbage"), None);
+        assert_eq!(parse_state(stat), Some('S'));
     }
 
     #[test]
