@@ -917,6 +917,51 @@ mod tests {
     }
 
     #[test]
+    fn fabric_and_traffic_values_outside_the_limits_are_named() {
+        let p = FabricParams::default();
+        p.validate().unwrap();
+        let fabric = |f: fn(&mut FabricParams)| {
+            let mut p = FabricParams::default();
+            f(&mut p);
+            p.validate().unwrap_err().0
+        };
+        assert!(fabric(|p| p.vcs = 16).contains("vcs = 16 must be 1..=15"));
+        assert!(fabric(|p| p.vcs = 0).contains("vcs = 0"));
+        assert!(fabric(|p| p.buffer_depth = 0).contains("buffer_depth = 0"));
+        assert!(fabric(|p| p.max_packet_flits = 0).contains("max_packet_flits = 0"));
+        assert!(fabric(|p| p.bandwidth_flits_per_s = Some(0)).contains("bandwidth"));
+        assert!(fabric(|p| p.flit_payload = 0).contains("flit_payload = 0"));
+        let spec = TrafficSpec {
+            pattern: "uniform".into(),
+            load: 0.3,
+            message_flits: 8,
+            duration_ns: 1_000_000_000,
+            rounds: 1,
+            seed: 1,
+        };
+        spec.validate(&p).unwrap();
+        let traffic = |f: fn(&mut TrafficSpec)| {
+            let mut s = spec.clone();
+            f(&mut s);
+            s.validate(&p).unwrap_err().0
+        };
+        for load in [0.0, 5.0, -1.0, f64::NAN] {
+            let mut s = spec.clone();
+            s.load = load;
+            assert!(s.validate(&p).unwrap_err().0.contains("must be in (0, 1]"));
+        }
+        assert!(traffic(|s| s.message_flits = 0).contains("message length 0 flits"));
+        assert!(traffic(|s| s.message_flits = u32::MAX).contains("message length"));
+        assert!(traffic(|s| s.duration_ns = 0).contains("duration 0 ns"));
+        assert!(traffic(|s| s.pattern = "zigzag".into()).contains("unknown traffic pattern"));
+        // The daemons refuse what the limits refuse: a config with 16 VCs.
+        let mut c = cfg();
+        c.fabric.vcs = 16;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("s0: vcs = 16"), "{err}");
+    }
+
+    #[test]
     fn op_names_are_the_wire_tags() {
         for r in [
             Request::Ping,
