@@ -570,8 +570,17 @@ impl Fabric {
 
     /// Stops sending requests to daemon `i` (it died on its own, e.g. its
     /// container was killed).
+    /// Its counts are missing from the report: it is named there
+    /// ([`stalled_daemons`]).
     pub fn mark_dead(&mut self, i: usize) {
         self.daemons[i].dead = true;
+        let name = self.daemons[i].name.clone();
+        stalled().entry(i).or_insert_with(|| {
+            (
+                name,
+                "no answer on its control port: stopped, stalled or dead".into(),
+            )
+        });
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
