@@ -729,6 +729,7 @@ impl Request {
             Request::SetInjection { .. } => "set-injection",
             Request::InFlight => "in-flight",
             Request::SetIntermediateRoutes { .. } => "set-intermediate-routes",
+            Request::WithholdCredits { .. } => "withhold-credits",
         }
     }
 
@@ -974,6 +975,7 @@ mod tests {
             Request::ConfigureFt2eiDyn { config: None },
             Request::SetInjection { paused: true },
             Request::InFlight,
+            Request::WithholdCredits { port: 1, on: true },
         ] {
             let v = serde_json::to_value(&r).unwrap();
             assert_eq!(v["op"], r.op());

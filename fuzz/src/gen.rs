@@ -80,6 +80,7 @@ pub fn frame(rng: &mut impl Rng) -> Frame {
     }
     Frame {
         header: Header {
+            port: rng.gen_range(0..64),
             epoch: rng.gen(),
             peer_epoch: rng.gen(),
             seq: rng.gen(),
@@ -88,10 +89,10 @@ pub fn frame(rng: &mut impl Rng) -> Frame {
     }
 }
 
-/// The CRC a datagram carries (bytes 11..15, over everything else), so
-/// that mutated datagrams reach the item parser.
+/// The CRC a datagram carries (the header's last 4 bytes, over everything
+/// else), so that mutated datagrams reach the item parser.
 pub fn fix_crc(d: &mut [u8]) {
-    const CRC_OFFSET: usize = 11;
+    const CRC_OFFSET: usize = flitnet_core::wire::HEADER_LEN - 4;
     if d.len() < flitnet_core::wire::HEADER_LEN {
         return;
     }
