@@ -247,7 +247,14 @@ fn prometheus_scrapes_the_fabric_and_every_dashboard_query_has_data() {
         ),
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !run_dir.join("state.json").exists() {
+    // state.json lists each daemon as it starts: all 24 = every config written.
+    let all_started = |dir: &Path| {
+        std::fs::read(dir.join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|s| s["daemons"].as_array().is_some_and(|d| d.len() == 24))
+    };
+    while !all_started(&run_dir) {
         if let Some(status) = fabric.up.0.try_wait().unwrap() {
             let mut err = String::new();
             fabric

@@ -120,6 +120,94 @@ fn default_link_retrain_ns() -> u64 {
 }
 
 impl FabricParams {
+    /// Checks every value against what the daemons support
+    /// ([`limits`]); names the value and the allowed range. The daemons
+    /// run it on their configuration and `flitctl` before it starts
+    /// anything.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use limits::*;
+        let f = self;
+        if f.vcs == 0 || f.vcs as usize > MAX_VCS {
+            return Err(ConfigError(format!(
+                "vcs = {} must be 1..={MAX_VCS} (the wire format's credit item carries {MAX_VCS})",
+                f.vcs
+            )));
+        }
+        if f.buffer_depth == 0 || f.buffer_depth > MAX_BUFFER_DEPTH {
+            return Err(ConfigError(format!(
+                "buffer_depth = {} must be 1..={MAX_BUFFER_DEPTH} flits",
+                f.buffer_depth
+            )));
+        }
+        if f.mtu < MIN_MTU || f.mtu > MAX_MTU {
+            return Err(ConfigError(format!(
+                "mtu = {} must be {MIN_MTU}..={MAX_MTU}",
+                f.mtu
+            )));
+        }
+        if f.flit_payload == 0 || f.flit_payload > MAX_FLIT_PAYLOAD {
+            return Err(ConfigError(format!(
+                "flit_payload = {} must be 1..={MAX_FLIT_PAYLOAD} bytes",
+                f.flit_payload
+            )));
+        }
+        if f.max_packet_flits == 0 || f.max_packet_flits > MAX_PACKET_FLITS {
+            return Err(ConfigError(format!(
+                "max_packet_flits = {} must be 1..={MAX_PACKET_FLITS}",
+                f.max_packet_flits
+            )));
+        }
+        if f.switching == SwitchingMode::VirtualCutThrough
+            && f.max_packet_flits > f.buffer_depth as u32
+        {
+            return Err(ConfigError(format!(
+                "virtual cut-through needs buffer_depth ({}) >= max_packet_flits ({})",
+                f.buffer_depth, f.max_packet_flits
+            )));
+        }
+        if f.bandwidth_flits_per_s == Some(0) {
+            return Err(ConfigError(
+                "bandwidth must be at least 1 flit/s (none = unlimited)".into(),
+            ));
+        }
+        if f.propagation_ns > MAX_PROPAGATION_NS {
+            return Err(ConfigError(format!(
+                "propagation delay {} ns is longer than {} s",
+                f.propagation_ns,
+                MAX_PROPAGATION_NS / 1_000_000_000
+            )));
+        }
+        if f.keepalive_interval_ns == 0 {
+            return Err(ConfigError(
+                "keepalive interval must be longer than 0".into(),
+            ));
+        }
+        if f.dead_after_ns <= f.keepalive_interval_ns {
+            return Err(ConfigError(
+                "dead_after must be longer than the keepalive interval".into(),
+            ));
+        }
+        if f.dead_after_ns > MAX_TIMER_NS {
+            return Err(ConfigError(format!(
+                "dead_after {} ns is longer than {} s",
+                f.dead_after_ns,
+                MAX_TIMER_NS / 1_000_000_000
+            )));
+        }
+        if f.link_retrain_ns > MAX_TIMER_NS {
+            return Err(ConfigError(format!(
+                "link_retrain_ns {} is longer than 60 s (0 = no link error recovery)",
+                f.link_retrain_ns
+            )));
+        }
+        if f.head_of_queue_lifetime_ns == Some(0) {
+            return Err(ConfigError(
+                "head-of-queue lifetime must be longer than 0 (none = off)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// How long a sender keeps a fully sent message when a recovery
     /// protocol runs (`docs/sbrp.md`, "Sender buffer release"): twice the
     /// time to declare a dead peer (a cut is detected within one
@@ -400,38 +488,9 @@ impl DaemonConfig {
             }
         }
         self.validate_transport()?;
-        let f = &self.fabric;
-        if f.vcs == 0 || f.vcs > 16 {
-            return Err(ConfigError(format!("vcs = {} must be 1..=16", f.vcs)));
-        }
-        if f.buffer_depth == 0 {
-            return Err(ConfigError("buffer_depth must be at least 1 flit".into()));
-        }
-        if f.mtu < 128 || f.mtu > 65_000 {
-            return Err(ConfigError(format!("mtu = {} must be 128..=65000", f.mtu)));
-        }
-        if f.max_packet_flits == 0 {
-            return Err(ConfigError("max_packet_flits must be at least 1".into()));
-        }
-        if f.switching == SwitchingMode::VirtualCutThrough
-            && f.max_packet_flits > f.buffer_depth as u32
-        {
-            return Err(ConfigError(format!(
-                "virtual cut-through needs buffer_depth ({}) >= max_packet_flits ({})",
-                f.buffer_depth, f.max_packet_flits
-            )));
-        }
-        if f.dead_after_ns <= f.keepalive_interval_ns {
-            return Err(ConfigError(
-                "dead_after must be longer than the keepalive interval".into(),
-            ));
-        }
-        if f.link_retrain_ns > 60_000_000_000 {
-            return Err(ConfigError(format!(
-                "link_retrain_ns {} is longer than 60 s (0 = no link error recovery)",
-                f.link_retrain_ns
-            )));
-        }
+        self.fabric
+            .validate()
+            .map_err(|e| ConfigError(format!("{}: {}", self.name, e.0)))?;
         Ok(())
     }
 }
@@ -537,6 +596,34 @@ impl DaemonConfig {
 #[error("invalid daemon configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// The bounds every value of a fabric and its traffic must keep, in one
+/// place: the daemons refuse a configuration or request outside them and
+/// `flitctl` checks the same bounds before it starts a process.
+pub mod limits {
+    /// Virtual channels per link: the credit item carries one counter per
+    /// VC ([`crate::wire::MAX_VCS`]).
+    pub const MAX_VCS: usize = crate::wire::MAX_VCS;
+    /// Input buffer depth per VC, in flits.
+    pub const MAX_BUFFER_DEPTH: u16 = 4096;
+    pub const MIN_MTU: usize = 128;
+    pub const MAX_MTU: usize = 65_000;
+    /// Payload bytes per flit.
+    pub const MAX_FLIT_PAYLOAD: u16 = 1024;
+    /// Longest packet, in flits.
+    pub const MAX_PACKET_FLITS: u32 = 4096;
+    /// Longest message, in flits (a host builds each message in memory).
+    pub const MAX_MESSAGE_FLITS: u32 = 1 << 20;
+    /// Longest link propagation delay.
+    pub const MAX_PROPAGATION_NS: u64 = 10_000_000_000;
+    /// Longest dead-peer and retrain timers.
+    pub const MAX_TIMER_NS: u64 = 60_000_000_000;
+    /// Longest traffic phase: a day.
+    pub const MAX_TRAFFIC_NS: u64 = 86_400_000_000_000;
+    /// Longest control request line, in bytes (a routing table of a large
+    /// fabric is well below it).
+    pub const MAX_CONTROL_LINE: usize = 1 << 20;
+}
+
 /// What traffic a host generates (see [`crate::host`] for the patterns).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -554,6 +641,47 @@ pub struct TrafficSpec {
     #[serde(default)]
     pub rounds: u32,
     pub seed: u64,
+}
+
+impl TrafficSpec {
+    /// Checks the traffic against [`limits`] and `params`; names the value
+    /// and the allowed range. Hosts run it on every `start-traffic`,
+    /// `flitctl` before it starts anything.
+    pub fn validate(&self, params: &FabricParams) -> Result<(), ConfigError> {
+        use limits::*;
+        self.pattern
+            .parse::<crate::host::traffic::TrafficPattern>()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        if !(self.load.is_finite() && self.load > 0.0 && self.load <= 1.0) {
+            return Err(ConfigError(format!(
+                "load {} must be in (0, 1] (a fraction of the link bandwidth)",
+                self.load
+            )));
+        }
+        if self.message_flits == 0 || self.message_flits > MAX_MESSAGE_FLITS {
+            return Err(ConfigError(format!(
+                "message length {} flits must be 1..={MAX_MESSAGE_FLITS}",
+                self.message_flits
+            )));
+        }
+        // A message is cut into packets numbered by a 16-bit field.
+        let most = params.max_packet_flits as u64 * u16::MAX as u64;
+        if self.message_flits as u64 > most {
+            return Err(ConfigError(format!(
+                "message length {} flits needs more than {} packets of {} flits",
+                self.message_flits,
+                u16::MAX,
+                params.max_packet_flits
+            )));
+        }
+        if self.duration_ns == 0 || self.duration_ns > MAX_TRAFFIC_NS {
+            return Err(ConfigError(format!(
+                "traffic duration {} ns must be longer than 0 and at most a day",
+                self.duration_ns
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A control request. Every variant is wrapped in [`Envelope`] with the token.
@@ -628,6 +756,34 @@ pub enum Request {
         mechanism: String,
         legs: u8,
     },
+}
+
+impl Request {
+    /// The request's `op` on the wire (`set-port`, …), for logs.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::InstallTable { .. } => "install-table",
+            Request::SetPort { .. } => "set-port",
+            Request::StartTraffic { .. } => "start-traffic",
+            Request::StopTraffic => "stop-traffic",
+            Request::Report => "report",
+            Request::Shutdown => "shutdown",
+            Request::SetAllPorts { .. } => "set-all-ports",
+            Request::Corrupt { .. } => "corrupt",
+            Request::ConfigureReroute { .. } => "configure-reroute",
+            Request::ConfigureFt2eiDyn { .. } => "configure-ft2ei-dyn",
+            Request::SetInjection { .. } => "set-injection",
+            Request::InFlight => "in-flight",
+            Request::SetIntermediateRoutes { .. } => "set-intermediate-routes",
+            Request::WithholdCredits { .. } => "withhold-credits",
+        }
+    }
+
+    /// Whether it only reads the daemon's state.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self, Request::Ping | Request::Report | Request::InFlight)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -806,6 +962,71 @@ mod tests {
         assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff"), Some([0xff; 6]));
         assert_eq!(parse_mac("ff:ff:ff:ff:ff"), None);
         assert_eq!(parse_mac("ff:ff:ff:ff:ff:ff:00"), None);
+    }
+
+    #[test]
+    fn fabric_and_traffic_values_outside_the_limits_are_named() {
+        let p = FabricParams::default();
+        p.validate().unwrap();
+        let fabric = |f: fn(&mut FabricParams)| {
+            let mut p = FabricParams::default();
+            f(&mut p);
+            p.validate().unwrap_err().0
+        };
+        assert!(fabric(|p| p.vcs = 16).contains("vcs = 16 must be 1..=15"));
+        assert!(fabric(|p| p.vcs = 0).contains("vcs = 0"));
+        assert!(fabric(|p| p.buffer_depth = 0).contains("buffer_depth = 0"));
+        assert!(fabric(|p| p.max_packet_flits = 0).contains("max_packet_flits = 0"));
+        assert!(fabric(|p| p.bandwidth_flits_per_s = Some(0)).contains("bandwidth"));
+        assert!(fabric(|p| p.flit_payload = 0).contains("flit_payload = 0"));
+        let spec = TrafficSpec {
+            pattern: "uniform".into(),
+            load: 0.3,
+            message_flits: 8,
+            duration_ns: 1_000_000_000,
+            rounds: 1,
+            seed: 1,
+        };
+        spec.validate(&p).unwrap();
+        let traffic = |f: fn(&mut TrafficSpec)| {
+            let mut s = spec.clone();
+            f(&mut s);
+            s.validate(&p).unwrap_err().0
+        };
+        for load in [0.0, 5.0, -1.0, f64::NAN] {
+            let mut s = spec.clone();
+            s.load = load;
+            assert!(s.validate(&p).unwrap_err().0.contains("must be in (0, 1]"));
+        }
+        assert!(traffic(|s| s.message_flits = 0).contains("message length 0 flits"));
+        assert!(traffic(|s| s.message_flits = u32::MAX).contains("message length"));
+        assert!(traffic(|s| s.duration_ns = 0).contains("duration 0 ns"));
+        assert!(traffic(|s| s.pattern = "zigzag".into()).contains("unknown traffic pattern"));
+        // The daemons refuse what the limits refuse: a config with 16 VCs.
+        let mut c = cfg();
+        c.fabric.vcs = 16;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("s0: vcs = 16"), "{err}");
+    }
+
+    #[test]
+    fn op_names_are_the_wire_tags() {
+        for r in [
+            Request::Ping,
+            Request::SetPort { port: 1, up: true },
+            Request::StopTraffic,
+            Request::Report,
+            Request::Shutdown,
+            Request::SetAllPorts { up: false },
+            Request::Corrupt { port: 0, count: 1 },
+            Request::ConfigureFt2eiDyn { config: None },
+            Request::SetInjection { paused: true },
+            Request::InFlight,
+            Request::WithholdCredits { port: 1, on: true },
+        ] {
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["op"], r.op());
+        }
     }
 
     #[test]

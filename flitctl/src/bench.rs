@@ -85,9 +85,9 @@ pub fn run_datapath(args: DatapathArgs) -> Result<()> {
             bail!("{}: no {b} there", bin_dir.display());
         }
     }
-    let run_dir = args.run_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("flitnet-bench-{}", std::process::id()))
-    });
+    // Private (one fabric's run directory per measurement inside it);
+    // removed at the end either way.
+    let run_dir = crate::rundir::create(args.run_dir.as_deref(), "bench", true)?.path;
     let b = Bench {
         bin_dir,
         run_dir,

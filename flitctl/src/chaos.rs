@@ -38,9 +38,14 @@ pub struct ChaosArgs {
     /// The scenario file (YAML; see docs/chaos.md).
     pub scenario: PathBuf,
     /// Directory for configs, logs, events.jsonl, report and plot
-    /// (default: a fresh temp dir).
+    /// (default: a fresh private temp dir, removed after a successful run
+    /// unless --keep).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Keep the default run directory (and the plot in it) after a
+    /// successful run.
+    #[arg(long)]
+    pub keep: bool,
     /// Serve Prometheus metrics on every daemon.
     #[arg(long)]
     pub metrics: bool,
@@ -594,7 +599,11 @@ fn cut_off_hosts<'a>(
 pub fn run(args: ChaosArgs) -> Result<()> {
     // Every mistake in the scenario is caught here, before anything starts.
     let scenario = Scenario::load(&args.scenario)?;
-    let report = run_scenario(&scenario, args.run_dir.clone(), args.metrics)?;
+    let run_dir = RunDirChoice {
+        path: args.run_dir.clone(),
+        keep: args.keep,
+    };
+    let report = run_scenario(&scenario, run_dir, args.metrics)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -612,9 +621,17 @@ pub fn run(args: ChaosArgs) -> Result<()> {
 
 /// Brings the scenario's fabric up, runs it, and writes `report.json`,
 /// `report.txt` and `throughput.svg` into the run directory.
+/// Where a chaos run writes: `path` (`--run-dir`), or a temporary
+/// directory removed after a successful run unless `keep`.
+#[derive(Clone, Debug, Default)]
+pub struct RunDirChoice {
+    pub path: Option<PathBuf>,
+    pub keep: bool,
+}
+
 pub fn run_scenario(
     scenario: &Scenario,
-    run_dir: Option<PathBuf>,
+    run_dir: RunDirChoice,
     metrics: bool,
 ) -> Result<ChaosReport> {
     let f = &scenario.file;
@@ -636,7 +653,8 @@ pub fn run_scenario(
         engine: f.engine.clone(),
         seed: f.seed,
         metrics,
-        run_dir,
+        run_dir: run_dir.path,
+        keep: run_dir.keep,
         tables: intermediate.as_ref().map(|i| i.tables.clone()),
         netns: None,
     };
@@ -778,7 +796,7 @@ pub fn run_scenario(
         &markers,
     );
     let plot_path = run_dir.join("throughput.svg");
-    std::fs::write(&plot_path, svg)?;
+    crate::rundir::write(&plot_path, svg)?;
     let (promise, kept) = verdict(f.promises_delivery(), &run, &acc);
     let report = ChaosReport {
         scenario: scenario.path.display().to_string(),
@@ -800,16 +818,20 @@ pub fn run_scenario(
             .sum(),
         failed_actions: ctl.failed_actions.clone(),
         throughput,
-        plot: plot_path.display().to_string(),
+        plot: if crate::rundir::removed_when_done(&run_dir) {
+            "(removed with the run directory; --keep or --run-dir keeps it)".into()
+        } else {
+            plot_path.display().to_string()
+        },
         promise,
         promise_kept: kept,
     };
     ctl.ctl.fabric.stop()?;
-    std::fs::write(
-        run_dir.join("report.json"),
+    crate::rundir::write(
+        &run_dir.join("report.json"),
         serde_json::to_vec_pretty(&report)?,
     )?;
-    std::fs::write(run_dir.join("report.txt"), report.to_string())?;
+    crate::rundir::write(&run_dir.join("report.txt"), report.to_string())?;
     Ok(report)
 }
 
@@ -877,6 +899,9 @@ fn drive(
 ) -> Result<Option<(f64, u64, u64, u64)>> {
     for action in &scenario.actions {
         ctl.ctl.serve_until(start + action.at);
+        if crate::interrupt::requested() {
+            break;
+        }
         // A failed injection (e.g. corrupting a port of a SIGKILLed switch)
         // is reported; the run and the checks go on.
         if let Err(e) = ctl.apply(action) {
@@ -890,7 +915,7 @@ fn drive(
     }
     let duration = scenario.file.traffic.duration.0;
     let mut settled = None;
-    if !scenario.actions.is_empty() {
+    if !scenario.actions.is_empty() && !crate::interrupt::requested() {
         // After the last action, wait for detection (up to two dead
         // intervals) and for the controller to go idle, then snapshot.
         let grace = Duration::from_nanos(2 * dead_after_ns) + SETTLE_MAX * 2;
@@ -919,6 +944,7 @@ fn drive(
         }
     }
     ctl.ctl.serve_until(start + duration);
+    crate::session::stop_traffic_if_interrupted(&ctl.ctl.fabric, &ctl.ctl.events);
     Ok(settled)
 }
 

@@ -135,9 +135,13 @@ impl<'a> Controller<'a> {
             .map(|(first, last)| (last + SETTLE).min(first + SETTLE_MAX))
     }
 
-    /// Waits for events up to `until`, re-routing when due.
+    /// Waits for events up to `until`, re-routing when due; returns early
+    /// on SIGINT or SIGTERM.
     pub fn serve_until(&mut self, until: Instant) {
         loop {
+            if crate::interrupt::requested() {
+                return;
+            }
             let now = Instant::now();
             if let Some(due) = self.reroute_due() {
                 if due <= now {
@@ -156,7 +160,9 @@ impl<'a> Controller<'a> {
                 continue;
             }
             let wake = self.reroute_due().map_or(until, |d| d.min(until));
-            let new = self.events.wait_since(self.cursor, wake - now);
+            // In slices, so that a signal is seen within one.
+            let slice = (wake - now).min(Duration::from_millis(50));
+            let new = self.events.wait_since(self.cursor, slice);
             self.absorb(new);
         }
     }
@@ -165,7 +171,10 @@ impl<'a> Controller<'a> {
     /// nothing pending, whichever comes first.
     pub fn serve_until_rerouted(&mut self, until: Instant) {
         let before = self.reroutes;
-        while Instant::now() < until && (self.reroutes == before || self.is_busy()) {
+        while Instant::now() < until
+            && (self.reroutes == before || self.is_busy())
+            && !crate::interrupt::requested()
+        {
             self.serve_until((Instant::now() + Duration::from_millis(10)).min(until));
         }
     }

@@ -133,6 +133,10 @@ pub enum ControllerEvent {
     Ft2eiDynConfigured {
         config: Ft2eiDynConfig,
     },
+    /// SIGINT or SIGTERM: traffic stopped early, reports collected.
+    Interrupted {
+        signal: String,
+    },
 }
 
 impl ControllerEvent {
@@ -229,9 +233,7 @@ impl EventLog {
             UdpSocket::bind(bind).with_context(|| format!("binding event socket {bind}"))?;
         let addr = socket.local_addr()?;
         let sink = match jsonl {
-            Some(p) => Some(
-                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-            ),
+            Some(p) => Some(crate::rundir::create_file(p)?),
             None => None,
         };
         let shared = Arc::new(Shared {

@@ -7,6 +7,7 @@
 //! fabrics (parallel tests) can run side by side.
 
 use crate::netns::{interface_mac, interface_name, EthernetNet};
+use crate::process::ProcessId;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{
     DaemonConfig, DataTransport, FabricParams, HostDaemonReport, PortPeer, Reply, Request, Role,
@@ -69,17 +70,57 @@ pub struct Daemon {
     /// How to start it again ([`Fabric::restart`]): binary and config file.
     pub bin: PathBuf,
     pub config_path: PathBuf,
+    /// Its start time and executable, for `state.json` (None for an
+    /// attached daemon).
+    pub process: Option<ProcessId>,
 }
 
-/// What `flitctl down` needs to find a detached fabric again.
+/// What `flitctl down` needs to find a fabric again: written (mode 0600:
+/// it holds the token) before the first daemon starts and rewritten as
+/// each one starts, so that a controller killed during bring-up leaves
+/// nothing it cannot find.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FabricState {
     pub token: String,
     pub subnet: u8,
-    pub daemons: Vec<(String, SocketAddr, u32)>,
+    pub daemons: Vec<DaemonRecord>,
     /// Ethernet transport: the fabric's network namespace.
     #[serde(default)]
     pub netns: Option<String>,
+    /// The flitctl process running the fabric.
+    #[serde(default)]
+    pub controller: Option<ProcessId>,
+}
+
+/// One started daemon in `state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DaemonRecord {
+    pub name: String,
+    pub control_addr: SocketAddr,
+    #[serde(flatten)]
+    pub process: ProcessId,
+}
+
+impl FabricState {
+    pub const FILE: &'static str = "state.json";
+
+    /// Reads `run_dir/state.json`.
+    pub fn read(run_dir: &Path) -> Result<FabricState> {
+        let path = run_dir.join(Self::FILE);
+        serde_json::from_slice(
+            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// The daemons still running (same PID, start time and executable as
+    /// recorded).
+    pub fn live_daemons(&self) -> Vec<&DaemonRecord> {
+        self.daemons
+            .iter()
+            .filter(|d| d.process.is_running())
+            .collect()
+    }
 }
 
 /// A running fabric. Dropping it kills every daemon that is still running,
@@ -95,6 +136,31 @@ pub struct Fabric {
     /// after the daemons when the fabric is dropped (also on a failed
     /// launch).
     net: Option<EthernetNet>,
+}
+
+/// How long a read-only request (report, ping, in-flight) waits for its
+/// answer before the daemon is taken as stalled (SIGSTOPped, or starved of
+/// CPU).
+pub const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Daemons of this process's fabric that did not answer a report request,
+/// by daemon index, with why: not asked again (each would cost a full
+/// timeout), and named in the run's report ([`stalled_daemons`]). One
+/// fabric runs at a time; a launch or attach clears it.
+static STALLED: std::sync::Mutex<std::collections::BTreeMap<usize, (String, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn stalled() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, (String, String)>>
+{
+    STALLED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The daemons that did not answer, as `name (why)`.
+pub fn stalled_daemons() -> Vec<String> {
+    stalled()
+        .values()
+        .map(|(name, why)| format!("{name} ({why})"))
+        .collect()
 }
 
 /// How the controller swaps routing tables in a running fabric.
@@ -354,8 +420,11 @@ impl Fabric {
     pub fn launch(topo: Topology, opts: &LaunchOptions) -> Result<Fabric> {
         topo.validate().context("invalid topology")?;
         check_host_ports(&topo)?;
-        std::fs::create_dir_all(&opts.run_dir)
-            .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+        opts.params
+            .validate()
+            .map_err(|e| anyhow::anyhow!("fabric: {}", e.0))?;
+        // Private (0700, not another user's, no symlink): it gets the token.
+        crate::rundir::create(Some(&opts.run_dir), "fabric", true)?;
         let subnet = match opts.subnet {
             Some(s) => s,
             None => pick_subnet()?,
@@ -395,15 +464,24 @@ impl Fabric {
             detached: false,
             net,
         };
+        stalled().clear();
+        // Before the first daemon: a controller killed from here on leaves
+        // a state file that names every daemon it started.
+        fabric.save_state()?;
         for (node, cfg) in configs {
+            if crate::interrupt::requested() {
+                bail!("interrupted during bring-up");
+            }
             let bin = match node {
                 NodeRef::Switch(_) => opts.bin_dir.join("switchd"),
                 NodeRef::Host(_) => opts.bin_dir.join("hostd"),
             };
             let cfg_path = opts.run_dir.join(format!("{}.json", cfg.name));
-            std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg)?)?;
-            let log = std::fs::File::create(opts.run_dir.join(format!("{}.log", cfg.name)))?;
+            // 0600: the configuration holds the token.
+            crate::rundir::write(&cfg_path, serde_json::to_vec_pretty(&cfg)?)?;
+            let log = crate::rundir::create_file(&opts.run_dir.join(format!("{}.log", cfg.name)))?;
             let child = spawn_daemon(&bin, &cfg_path, log, &cfg.name)?;
+            let process = ProcessId::of(child.id(), &bin).ok();
             fabric.daemons.push(Daemon {
                 node,
                 name: cfg.name.clone(),
@@ -414,10 +492,11 @@ impl Fabric {
                 dead: false,
                 bin,
                 config_path: cfg_path,
+                process,
             });
+            fabric.save_state()?;
         }
         fabric.wait_ready(opts.ready_timeout)?;
-        fabric.save_state()?;
         Ok(fabric)
     }
 
@@ -435,6 +514,7 @@ impl Fabric {
         ready_timeout: Duration,
     ) -> Result<Fabric> {
         topo.validate().context("invalid topology")?;
+        stalled().clear();
         let nodes: Vec<NodeRef> = topo.nodes().collect();
         anyhow::ensure!(
             nodes.len() == daemons.len(),
@@ -469,6 +549,7 @@ impl Fabric {
                     // they cannot be restarted from here.
                     bin: PathBuf::new(),
                     config_path: PathBuf::new(),
+                    process: None,
                 })
                 .collect(),
             run_dir,
@@ -489,8 +570,17 @@ impl Fabric {
 
     /// Stops sending requests to daemon `i` (it died on its own, e.g. its
     /// container was killed).
+    /// Its counts are missing from the report: it is named there
+    /// ([`stalled_daemons`]).
     pub fn mark_dead(&mut self, i: usize) {
         self.daemons[i].dead = true;
+        let name = self.daemons[i].name.clone();
+        stalled().entry(i).or_insert_with(|| {
+            (
+                name,
+                "no answer on its control port: stopped, stalled or dead".into(),
+            )
+        });
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
@@ -519,6 +609,9 @@ impl Fabric {
                         );
                     }
                 }
+                if crate::interrupt::requested() {
+                    bail!("interrupted during bring-up");
+                }
                 match self.client(i).and_then(|mut c| c.call_ok(Request::Ping)) {
                     Ok(_) => break,
                     Err(e) if Instant::now() > deadline => {
@@ -540,15 +633,21 @@ impl Fabric {
             daemons: self
                 .daemons
                 .iter()
-                .map(|d| (d.name.clone(), d.control_addr, d.pid))
+                .filter_map(|d| {
+                    Some(DaemonRecord {
+                        name: d.name.clone(),
+                        control_addr: d.control_addr,
+                        process: d.process.clone()?,
+                    })
+                })
                 .collect(),
             netns: self.netns().map(str::to_string),
+            controller: ProcessId::current().ok(),
         };
-        std::fs::write(
-            self.run_dir.join("state.json"),
-            serde_json::to_vec_pretty(&state)?,
-        )?;
-        Ok(())
+        crate::rundir::replace(
+            &self.run_dir.join(FabricState::FILE),
+            serde_json::to_vec(&state)?,
+        )
     }
 
     /// A control connection to daemon `i`.
@@ -569,6 +668,20 @@ impl Fabric {
         filter: impl Fn(NodeRef) -> bool,
         request: impl Fn(NodeRef) -> Request + Sync,
     ) -> Result<Vec<(NodeRef, Reply)>> {
+        self.ask_each(filter, request, None)
+            .into_iter()
+            .map(|(node, answer)| Ok((node, answer?)))
+            .collect()
+    }
+
+    /// [`Fabric::broadcast`] with each daemon's own answer or error, in
+    /// daemon order; `timeout` bounds each answer (None: the client's).
+    fn ask_each(
+        &self,
+        filter: impl Fn(NodeRef) -> bool,
+        request: impl Fn(NodeRef) -> Request + Sync,
+        timeout: Option<Duration>,
+    ) -> Vec<(NodeRef, Result<Reply>)> {
         let targets: Vec<usize> = (0..self.daemons.len())
             .filter(|&i| !self.daemons[i].dead && filter(self.daemons[i].node))
             .collect();
@@ -576,7 +689,7 @@ impl Fabric {
         // scheduling delay, and route installation after a fault should
         // cost one such delay, not one per daemon in a batch.
         let chunk = targets.len().div_ceil(64).max(1);
-        let results: Vec<Result<Vec<(NodeRef, Reply)>>> = std::thread::scope(|scope| {
+        let results: Vec<Vec<(NodeRef, Result<Reply>)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = targets
                 .chunks(chunk)
                 .map(|part| {
@@ -587,9 +700,14 @@ impl Fabric {
                                 let node = self.daemons[i].node;
                                 let body = self
                                     .client(i)
-                                    .and_then(|mut c| c.call_ok(request(node)))
-                                    .with_context(|| self.daemons[i].name.clone())?;
-                                Ok((node, body))
+                                    .and_then(|mut c| {
+                                        if let Some(t) = timeout {
+                                            c.set_timeout(t)?;
+                                        }
+                                        c.call_ok(request(node))
+                                    })
+                                    .with_context(|| self.daemons[i].name.clone());
+                                (node, body)
                             })
                             .collect()
                     })
@@ -600,11 +718,33 @@ impl Fabric {
                 .map(|h| h.join().expect("control thread panicked"))
                 .collect()
         });
-        let mut out = Vec::with_capacity(targets.len());
-        for r in results {
-            out.extend(r?);
+        results.into_iter().flatten().collect()
+    }
+
+    /// Report requests to the live daemons `filter` picks. A daemon that
+    /// does not answer within [`REPORT_TIMEOUT`] (stopped, stalled) is
+    /// left out, named by [`stalled_daemons`] and not asked again, so one
+    /// stuck daemon costs one timeout, not the report.
+    fn reports(&self, filter: impl Fn(NodeRef) -> bool) -> Vec<(NodeRef, Reply)> {
+        let skipped: Vec<usize> = stalled().keys().copied().collect();
+        let answers = self.ask_each(
+            |n| filter(n) && !skipped.contains(&self.daemon_of(n)),
+            |_| Request::Report,
+            Some(REPORT_TIMEOUT),
+        );
+        let mut out = Vec::with_capacity(answers.len());
+        for (node, answer) in answers {
+            match answer {
+                Ok(reply) => out.push((node, reply)),
+                Err(e) => {
+                    let why = stall_reason(&e);
+                    let name = self.topo.node_name(node).to_string();
+                    tracing::warn!(daemon = %name, "stalled: {why}");
+                    stalled().insert(self.daemon_of(node), (name, why));
+                }
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Installs one table per switch.
@@ -706,17 +846,17 @@ impl Fabric {
         Ok(())
     }
 
-    /// Reports of every live host.
+    /// Reports of every live host (but a stalled one: [`Fabric::reports`]).
     pub fn host_reports(&self) -> Result<HostReports> {
-        self.broadcast(|n| matches!(n, NodeRef::Host(_)), |_| Request::Report)?
+        self.reports(|n| matches!(n, NodeRef::Host(_)))
             .into_iter()
             .map(|(n, reply)| Ok((n, reply.into_host_report()?)))
             .collect()
     }
 
-    /// Reports of every live switch.
+    /// Reports of every live switch (but a stalled one).
     pub fn switch_reports(&self) -> Result<SwitchReports> {
-        self.broadcast(|n| matches!(n, NodeRef::Switch(_)), |_| Request::Report)?
+        self.reports(|n| matches!(n, NodeRef::Switch(_)))
             .into_iter()
             .map(|(n, reply)| Ok((n, reply.into_switch_report()?)))
             .collect()
@@ -800,12 +940,10 @@ impl Fabric {
                 d.name
             );
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.run_dir.join(format!("{}.log", d.name)))?;
+        let log = crate::rundir::append_file(&self.run_dir.join(format!("{}.log", d.name)))?;
         let child = spawn_daemon(&d.bin, &d.config_path, log, &d.name)?;
         let d = &mut self.daemons[i];
+        d.process = ProcessId::of(child.id(), &d.bin).ok();
         d.pid = child.id();
         d.child = Some(child);
         d.dead = false;
@@ -869,7 +1007,9 @@ impl Fabric {
     /// The report of one daemon.
     pub fn report_of(&self, node: NodeRef) -> Result<Reply> {
         let i = self.daemon_of(node);
-        self.client(i)?
+        let mut client = self.client(i)?;
+        client.set_timeout(REPORT_TIMEOUT)?;
+        client
             .call_ok(Request::Report)
             .with_context(|| format!("report of {}", self.daemons[i].name))
     }
@@ -896,7 +1036,13 @@ impl Fabric {
     /// [`Fabric::shutdown`] through a reference: every daemon is asked to
     /// exit, then killed if it does not; the handle stays (all dead).
     pub fn stop(&mut self) -> Result<()> {
-        let _ = self.broadcast(|_| true, |_| Request::Shutdown);
+        // A stalled daemon is not waited for: reap kills it.
+        let skipped: Vec<usize> = stalled().keys().copied().collect();
+        let _ = self.ask_each(
+            |n| !skipped.contains(&self.daemon_of(n)),
+            |_| Request::Shutdown,
+            Some(Duration::from_secs(2)),
+        );
         self.reap(Duration::from_secs(3));
         for d in &mut self.daemons {
             d.dead = true;
@@ -927,16 +1073,61 @@ impl Fabric {
     }
 }
 
-/// Starts one daemon process with its output going to `log`.
+/// Starts one daemon process with its output going to `log`, in its own
+/// process group (a Ctrl-C at the terminal reaches flitctl alone, which
+/// then stops the daemons in order) and with `PR_SET_PDEATHSIG` = SIGKILL,
+/// so that a flitctl killed outright takes its daemons with it. (The
+/// death signal follows the thread that forked: daemons are started from
+/// the controller's main thread, which lives as long as the process.)
 fn spawn_daemon(bin: &Path, cfg_path: &Path, log: std::fs::File, name: &str) -> Result<Child> {
-    Command::new(bin)
-        .arg("--config")
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
         .arg(cfg_path)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
-        .spawn()
+        .process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: nobody would stop us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
         .with_context(|| format!("starting {} for {name}", bin.display()))
+}
+
+/// What to say about a daemon whose request failed: a timeout reads as
+/// "stalled" (a stopped or starved process answers nothing; the socket
+/// error alone says "Resource temporarily unavailable").
+pub fn stall_reason(err: &anyhow::Error) -> String {
+    let timed_out = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        })
+    });
+    if timed_out {
+        format!(
+            "no answer within {} s: stopped, or starved of CPU",
+            REPORT_TIMEOUT.as_secs()
+        )
+    } else {
+        format!("no answer: {}", err.root_cause())
+    }
 }
 
 impl Drop for Fabric {
@@ -947,26 +1138,52 @@ impl Drop for Fabric {
     }
 }
 
-/// Stops a detached fabric from its state file: a polite shutdown request,
-/// then SIGKILL for whatever is still alive.
-pub fn down(run_dir: &Path) -> Result<usize> {
-    let path = run_dir.join("state.json");
-    let state: FabricState = serde_json::from_slice(
-        &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
-    )
-    .with_context(|| format!("parsing {}", path.display()))?;
-    for (_, addr, _) in &state.daemons {
-        if let Ok(mut c) = ControlClient::connect(*addr, &state.token) {
+/// What `flitctl down` did.
+#[derive(Debug, Default)]
+pub struct Down {
+    /// Daemons that had to be killed (they did not exit when asked).
+    pub killed: usize,
+    /// Daemons left alone, with why: their PID is gone or now belongs to
+    /// another process (a different start time or executable).
+    pub refused: Vec<String>,
+}
+
+/// Stops a fabric from its state file: a polite shutdown request, then
+/// SIGKILL for whatever is still alive — only to PIDs whose start time and
+/// executable are still those recorded (a PID reused by an unrelated
+/// process is left alone).
+pub fn down(run_dir: &Path) -> Result<Down> {
+    let state = FabricState::read(run_dir)?;
+    let mut result = Down::default();
+    let live: Vec<&DaemonRecord> = state
+        .daemons
+        .iter()
+        .filter(|d| match d.process.check() {
+            Ok(()) => true,
+            // Exited (or was killed on purpose by a chaos run).
+            Err(_) if crate::process::exited(d.process.pid) => false,
+            Err(e) => {
+                result.refused.push(format!("{}: {e:#}", d.name));
+                false
+            }
+        })
+        .collect();
+    for d in &live {
+        if let Ok(mut c) = ControlClient::connect(d.control_addr, &state.token) {
+            let _ = c.set_timeout(Duration::from_secs(2));
             let _ = c.call(Request::Shutdown);
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
-    let mut killed = 0;
-    for (_, _, pid) in &state.daemons {
-        // SAFETY: kill(2) with signal 0 only probes; SIGKILL ends a daemon we started.
-        if unsafe { libc::kill(*pid as libc::pid_t, 0) } == 0 {
-            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
-            killed += 1;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && live.iter().any(|d| d.process.is_running()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for d in &live {
+        // Checked again right before the signal.
+        if d.process.is_running() {
+            // SAFETY: kill(2) on a PID just checked to be the daemon we started.
+            unsafe { libc::kill(d.process.pid as libc::pid_t, libc::SIGKILL) };
+            result.killed += 1;
         }
     }
     if let Some(ns) = &state.netns {
@@ -974,8 +1191,8 @@ pub fn down(run_dir: &Path) -> Result<usize> {
             EthernetNet::delete(ns)?;
         }
     }
-    let _ = std::fs::remove_file(&path);
-    Ok(killed)
+    let _ = std::fs::remove_file(run_dir.join(FabricState::FILE));
+    Ok(result)
 }
 
 #[cfg(test)]

@@ -118,8 +118,8 @@ pub fn run_opensm(
     }
     let seq = RUNS.fetch_add(1, Ordering::Relaxed);
     let tag = format!("{}-{seq}", std::process::id());
-    let dir = std::env::temp_dir().join(format!("flitnet-opensm-{tag}-{engine}"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // Private and fresh (mkdtemp): OpenSM runs as root and writes there.
+    let dir = crate::rundir::create(None, &format!("opensm-{engine}"), true)?.path;
     std::fs::create_dir_all(dir.join("dump"))?;
     std::fs::create_dir_all(dir.join("cache"))?;
     let result = run_in(topo, faults, engine, opts, &dir, &tag);

@@ -56,9 +56,23 @@ enum Command {
     /// traffic, faults, re-routing, report.
     Run(run::RunArgs),
     /// Stop a fabric left running (its run directory holds state.json).
+    /// Only processes whose start time and executable match what the
+    /// state file recorded are signalled.
     Down {
         /// The run directory of the fabric.
-        run_dir: PathBuf,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        run_dir: Option<PathBuf>,
+        /// Stop every fabric of this user left in the temp directory and
+        /// remove their run directories.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List this user's run directories in the temp directory (kept with
+    /// --keep, or left by failed or interrupted runs).
+    Runs {
+        /// Remove the ones no running controller or daemon uses.
+        #[arg(long)]
+        clean: bool,
     },
 }
 
@@ -74,6 +88,19 @@ enum BenchCommand {
     /// starts three; not for use by hand).
     #[command(hide = true)]
     BaselineRole(bench_baseline::RoleArgs),
+}
+
+/// `flitctl down DIR`.
+fn down(dir: &std::path::Path) -> anyhow::Result<()> {
+    let done = flitctl::fabric::down(dir)?;
+    for why in &done.refused {
+        eprintln!("left alone: {why}");
+    }
+    eprintln!(
+        "fabric stopped ({} processes had to be killed)",
+        done.killed
+    );
+    Ok(())
 }
 
 fn init_logging(verbose: u8) {
@@ -95,6 +122,10 @@ fn init_logging(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    if let Err(e) = flitctl::interrupt::install() {
+        eprintln!("error: installing the SIGINT/SIGTERM handlers: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Topo(cmd) => topo::run(cmd),
         Command::Up(args) => up::run(args),
@@ -108,11 +139,17 @@ fn main() -> ExitCode {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),
         Command::Run(args) => run::run(args),
-        Command::Down { run_dir } => flitctl::fabric::down(&run_dir).map(|killed| {
-            eprintln!("fabric stopped ({killed} processes had to be killed)");
-        }),
+        Command::Down { run_dir, all } => match run_dir {
+            Some(dir) if !all => down(&dir),
+            _ => flitctl::runs::down_all(),
+        },
+        Command::Runs { clean } => flitctl::runs::list(clean),
     };
+    flitctl::rundir::finish(result.is_ok());
     match result {
+        // The report was printed; the exit status still says the run was
+        // cut short (128 + SIGINT, as a shell reports it).
+        Ok(()) if flitctl::interrupt::requested() => ExitCode::from(130),
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // `{:#}` prints the context chain on one line: `a: b: c`.

@@ -197,9 +197,10 @@ pub fn save_reports(
     for (n, r) in switches {
         all.insert(topo.node_name(*n).to_string(), serde_json::to_value(r)?);
     }
-    let path = run_dir.join("reports.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&all)?)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    crate::rundir::write(
+        &run_dir.join("reports.json"),
+        serde_json::to_vec_pretty(&all)?,
+    )
 }
 
 /// Totals over every host.
@@ -344,6 +345,14 @@ pub struct RunReport {
     /// delivered: where the flits are and what they wait for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall: Option<crate::stall::StallDiagnosis>,
+    /// Set when a signal (SIGINT, SIGTERM) cut the run short: the counts
+    /// are what the daemons had when it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
+    /// Daemons that did not answer the report request (stopped or
+    /// stalled), with why: their counts are missing from the totals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unanswered: Vec<String>,
 }
 
 /// Hosts the faults cut off: those outside the largest connected part of
@@ -444,7 +453,8 @@ impl RunReport {
             && t.duplicates == 0
             && t.out_of_order == 0
             && t.corrupted == 0
-            && t.misdelivered_packets == 0;
+            && t.misdelivered_packets == 0
+            && self.unanswered.is_empty();
     }
 }
 
@@ -491,6 +501,7 @@ impl RunReport {
             && t.out_of_order == 0
             && t.corrupted == 0
             && t.misdelivered_packets == 0;
+        let unanswered = crate::fabric::stalled_daemons();
         RunReport {
             topology: topo.name.clone(),
             switches: topo.num_switches(),
@@ -512,9 +523,12 @@ impl RunReport {
             drops,
             faults,
             credit_violations,
-            lossless,
+            // Missing counts cannot be called lossless.
+            lossless: lossless && unanswered.is_empty(),
             unreachable_hosts: Vec::new(),
             stall: None,
+            interrupted: crate::interrupt::received().map(str::to_string),
+            unanswered,
         }
     }
 }
@@ -522,11 +536,20 @@ impl RunReport {
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.totals;
+        if let Some(signal) = &self.interrupted {
+            writeln!(
+                f,
+                "INTERRUPTED by {signal}: traffic stopped early; the counts are what the daemons had then"
+            )?;
+        }
         writeln!(
             f,
             "flitnet run: {} ({} switches, {} hosts), routing {}",
             self.topology, self.switches, self.hosts, self.engine
         )?;
+        for who in &self.unanswered {
+            writeln!(f, "  stalled     {who}: its counts are missing")?;
+        }
         writeln!(
             f,
             "  traffic     {} at load {:.2} for {:.1}s; fabric up in {:.2}s",

@@ -1356,8 +1356,8 @@ fn seed003(quick: bool) -> Result<Section> {
     };
     let protocols = ["sbrp0", "sbrp1", "sbrp2"];
     let mut lines = Vec::new();
-    let dir = std::env::temp_dir().join(format!("flitnet-reproduce-003-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Private (mkdtemp): the daemons read the permutation files in it.
+    let dir = crate::rundir::create(None, "reproduce-003", true)?.path;
     for &mode in modes {
         for (name, file, routers, (a, b), ctl_load) in cases {
             let path = std::path::Path::new(file);

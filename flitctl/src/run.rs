@@ -16,7 +16,7 @@ use crate::events::{ControllerEvent, Event, EventLog, Record};
 use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
 use crate::report::{self, FaultTiming, RunReport};
 use crate::up::{compute_routes, parse_duration, parse_link, Recovery, TrafficArgs};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use flitnet_core::control::TrafficSpec;
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
@@ -88,19 +88,15 @@ pub fn run(args: RunArgs) -> Result<()> {
         .iter()
         .map(|s| parse_link(&topo, s))
         .collect::<Result<Vec<_>>>()?;
-    let run_dir = match &args.run_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("flitnet-run-{}", std::process::id())),
-    };
     // The event log is a convenience: the FROM-scratch image has no /tmp
     // (and runs as nobody), so without --run-dir a failure only loses it.
-    let log_file = match std::fs::create_dir_all(&run_dir) {
-        Ok(()) => Some(run_dir.join("events.jsonl")),
+    let (run_dir, log_file) = match crate::rundir::create(args.run_dir.as_deref(), "run", true) {
+        Ok(dir) => (dir.path.clone(), Some(dir.path.join("events.jsonl"))),
         Err(e) if args.run_dir.is_none() => {
-            tracing::warn!(dir = %run_dir.display(), error = %e, "no event log file");
-            None
+            tracing::warn!(error = %format!("{e:#}"), "no event log file");
+            (std::env::temp_dir(), None)
         }
-        Err(e) => return Err(e).with_context(|| format!("creating {}", run_dir.display())),
+        Err(e) => return Err(e),
     };
     let events_bind = args.events.unwrap_or_else(|| {
         let port = description.events_addr.map_or(0, |a| a.port());

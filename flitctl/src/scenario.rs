@@ -555,7 +555,7 @@ fn resolve(topo: &Topology, kind: ActionKind, target: &str) -> Result<Target> {
 impl Scenario {
     /// Reads and checks `path`. Nothing is started.
     pub fn load(path: &Path) -> Result<Scenario> {
-        let text = std::fs::read_to_string(path)
+        let text = flitnet_core::input::read_bounded(path)
             .with_context(|| format!("reading scenario {}", path.display()))?;
         Self::parse(path, &text)
     }
@@ -563,8 +563,18 @@ impl Scenario {
     /// Checks scenario `text` (read from `path`, which relative topology
     /// paths are resolved against).
     pub fn parse(path: &Path, text: &str) -> Result<Scenario> {
+        flitnet_core::input::check_yaml(text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let file: ScenarioFile = serde_yaml_ng::from_str(text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        // The same bounds the daemons enforce, before anything starts.
+        file.fabric
+            .params()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: fabric: {}", path.display(), e.0))?;
+        crate::session::traffic_spec_of(&file.traffic, file.seed)
+            .validate(&file.fabric.params())
+            .map_err(|e| anyhow::anyhow!("{}: traffic: {}", path.display(), e.0))?;
         let at_entry = |i: usize| match entry_line(text, "timeline", i) {
             Some(line) => format!("{}:{line}: timeline[{i}]", path.display()),
             None => format!("{}: timeline[{i}]", path.display()),

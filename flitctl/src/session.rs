@@ -22,8 +22,10 @@ pub struct SessionOptions {
     pub engine: String,
     pub seed: u64,
     pub metrics: bool,
-    /// Directory for configs, logs, events; a fresh temp dir when None.
+    /// Directory for configs, logs, events; a fresh private temp dir when
+    /// None, removed after a successful run unless `keep`.
     pub run_dir: Option<PathBuf>,
+    pub keep: bool,
     /// Tables to install instead of computing them with `engine`
     /// (`--tables`: flitnet JSON or an OpenSM dump).
     pub tables: Option<RoutingTables>,
@@ -50,14 +52,6 @@ pub struct Collected {
     pub switches: SwitchReports,
 }
 
-/// The directory `up` and `chaos` write into.
-pub fn run_dir_or_temp(run_dir: Option<&Path>, what: &str) -> PathBuf {
-    match run_dir {
-        Some(d) => d.to_path_buf(),
-        None => std::env::temp_dir().join(format!("flitnet-{what}-{}", std::process::id())),
-    }
-}
-
 /// The traffic of `args` with `seed`.
 pub fn traffic_spec(args: &TrafficArgs, seed: u64) -> TrafficSpec {
     TrafficSpec {
@@ -70,6 +64,31 @@ pub fn traffic_spec(args: &TrafficArgs, seed: u64) -> TrafficSpec {
     }
 }
 
+/// The traffic of a scenario's `traffic` section with `seed`.
+pub fn traffic_spec_of(t: &crate::scenario::TrafficSection, seed: u64) -> TrafficSpec {
+    TrafficSpec {
+        pattern: absolute_permutation(&t.pattern),
+        load: t.load,
+        message_flits: t.message_flits,
+        duration_ns: t.duration.0.as_nanos() as u64,
+        rounds: t.rounds,
+        seed,
+    }
+}
+
+/// Checks the fabric and its traffic against the bounds the daemons
+/// enforce ([`flitnet_core::control::limits`]), so that a bad value is
+/// refused before any process starts, not by the daemons later.
+pub fn check_before_launch(params: &FabricParams, traffic: &TrafficSpec) -> Result<()> {
+    params
+        .validate()
+        .map_err(|e| anyhow::anyhow!("fabric: {}", e.0))?;
+    traffic
+        .validate(params)
+        .map_err(|e| anyhow::anyhow!("traffic: {}", e.0))?;
+    Ok(())
+}
+
 /// `permutation:FILE` with FILE made absolute (the daemons read it and do
 /// not share flitctl's working directory); other patterns unchanged.
 pub fn absolute_permutation(pattern: &str) -> String {
@@ -79,6 +98,25 @@ pub fn absolute_permutation(pattern: &str) -> String {
             Err(_) => pattern.to_string(),
         },
         _ => pattern.to_string(),
+    }
+}
+
+/// After a SIGINT or SIGTERM: the hosts stop generating (what is in
+/// flight still lands), so the drain that follows is short and the report
+/// shows the run up to the signal.
+pub fn stop_traffic_if_interrupted(fabric: &Fabric, events: &EventLog) {
+    let Some(signal) = crate::interrupt::received() else {
+        return;
+    };
+    eprintln!("{signal}: stopping traffic, collecting the reports, stopping the fabric");
+    events.record(crate::events::ControllerEvent::Interrupted {
+        signal: signal.to_string(),
+    });
+    if let Err(e) = fabric.broadcast(
+        |n| matches!(n, flitnet_core::topology::NodeRef::Host(_)),
+        |_| flitnet_core::control::Request::StopTraffic,
+    ) {
+        tracing::warn!(error = %format!("{e:#}"), "stopping traffic after {signal}");
     }
 }
 
@@ -99,9 +137,12 @@ impl Session {
                 tables.vcs
             );
         }
-        let run_dir = run_dir_or_temp(opts.run_dir.as_deref(), what);
-        std::fs::create_dir_all(&run_dir)
-            .with_context(|| format!("creating {}", run_dir.display()))?;
+        opts.params
+            .validate()
+            .map_err(|e| anyhow::anyhow!("fabric: {}", e.0))?;
+        let dir = crate::rundir::create(opts.run_dir.as_deref(), what, opts.keep)?;
+        crate::rundir::remove_when_done(&dir);
+        let run_dir = dir.path;
         let token = crate::fabric::new_token();
         let events = EventLog::start(
             "127.0.0.1:0".parse()?,

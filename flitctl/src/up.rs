@@ -326,9 +326,14 @@ pub struct UpArgs {
     /// address (docs/metrics.md, "flitctl").
     #[arg(long)]
     pub controller_metrics: Option<std::net::SocketAddr>,
-    /// Directory for configs, logs, events (default: a fresh temp dir).
+    /// Directory for configs, logs, events (default: a fresh private temp
+    /// dir, removed after a successful run unless --keep).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Keep the default run directory after a successful run (`flitctl
+    /// runs` lists kept ones, `flitctl runs --clean` removes them).
+    #[arg(long)]
+    pub keep: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -886,7 +891,7 @@ fn serve_with_progress(ctl: &mut Controller<'_>, progress: &mut Progress, until:
         ctl.serve_until(until);
         return;
     }
-    while Instant::now() < until {
+    while Instant::now() < until && !crate::interrupt::requested() {
         let tick = (Instant::now() + Progress::INTERVAL).min(until);
         ctl.serve_until(tick);
         if tick < until {
@@ -920,6 +925,10 @@ fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
 /// Brings the fabric up, runs the traffic and the fault, and returns what
 /// happened (`flitctl reproduce` runs seed 003 this way).
 pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
+    crate::session::check_before_launch(
+        &args.fabric.params_for(&args.engine),
+        &traffic_spec(&args.traffic, args.seed),
+    )?;
     let topo = crate::topo::load(&args.topology)?;
     let kill_links = args
         .kill_link
@@ -1004,6 +1013,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         seed: args.seed,
         metrics: args.metrics,
         run_dir: args.run_dir.clone(),
+        keep: args.keep,
         netns: args.fabric.netns()?,
         tables: match (&args.tables, &inodes) {
             (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
@@ -1078,6 +1088,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     for (k, step) in steps.into_iter().enumerate() {
         let at = args.kill_at + args.kill_every * k as u32;
         serve_with_progress(&mut ctl, &mut progress, traffic_start + at);
+        if crate::interrupt::requested() {
+            break;
+        }
         // The fault happens when its injection starts: detections can come
         // back before the injection call returns.
         let started_ns = now_ns();
@@ -1158,6 +1171,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         &mut progress,
         traffic_start + args.traffic.duration,
     );
+    crate::session::stop_traffic_if_interrupted(&ctl.fabric, &events);
     let records = events.snapshot();
     let fault_log = injected
         .iter()

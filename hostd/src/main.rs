@@ -54,9 +54,7 @@ impl HostNode {
         let pattern = pattern
             .resolve(|p| std::fs::read_to_string(p))
             .map_err(|e| format!("{e}"))?;
-        if !(spec.load > 0.0 && spec.load <= 1.0) {
-            return Err(format!("load {} must be in (0, 1]", spec.load));
-        }
+        spec.validate(&self.cfg.fabric).map_err(|e| e.0)?;
         let link = self.cfg.fabric.bandwidth_flits_per_s.unwrap_or(1_000_000) as f64;
         Ok(SourceConfig {
             pattern,
@@ -65,7 +63,7 @@ impl HostNode {
                 link_flits_per_s: link,
             },
             length: MessageLength::Fixed {
-                flits: spec.message_flits.max(1),
+                flits: spec.message_flits,
             },
             max_packet_flits: self.cfg.fabric.max_packet_flits,
             payload_bytes: self.cfg.fabric.flit_payload as usize,

@@ -267,6 +267,7 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
             }
             while let Ok(pending) = inbox.requests.try_recv() {
                 let shutdown = matches!(pending.request, Request::Shutdown);
+                let peer = pending.peer;
                 let report = matches!(pending.request, Request::Report);
                 let mut response = node.control(now, pending.request);
                 if report {
@@ -274,7 +275,7 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
                 }
                 let _ = pending.reply.send(response);
                 if shutdown {
-                    tracing::info!("shutdown requested by the controller");
+                    tracing::info!(?peer, "shutdown requested over the control endpoint");
                     return Ok(());
                 }
             }

@@ -241,9 +241,16 @@ impl Topology {
     pub fn load(path: impl AsRef<Path>) -> Result<Topology, TopologyFileError> {
         let path = path.as_ref();
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| TopologyFileError::Io {
-            file: file.clone(),
-            error,
+        let text = crate::input::read_bounded(path).map_err(|e| match e {
+            crate::input::InputError::Io(error) => TopologyFileError::Io {
+                file: file.clone(),
+                error,
+            },
+            other => TopologyFileError::Syntax {
+                file: file.clone(),
+                line: None,
+                message: other.to_string(),
+            },
         })?;
         Topology::from_yaml_str(&text, &file)
     }
@@ -251,6 +258,20 @@ impl Topology {
     /// Parses a topology file's text; `origin` names it in errors.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Topology, TopologyFileError> {
         let src = Source { file: origin, text };
+        crate::input::check_yaml(text).map_err(|e| TopologyFileError::Syntax {
+            file: origin.to_string(),
+            line: match e {
+                crate::input::InputError::TooDeep { line } => Some(line),
+                _ => None,
+            },
+            message: match e {
+                crate::input::InputError::TooDeep { .. } => format!(
+                    "nested deeper than {} levels: refused",
+                    crate::input::MAX_YAML_NESTING
+                ),
+                other => other.to_string(),
+            },
+        })?;
         let doc: Document =
             serde_yaml_ng::from_str(text).map_err(|e| TopologyFileError::Syntax {
                 file: origin.to_string(),

@@ -390,9 +390,12 @@ struct RawNode {
 pub fn load_ibnet(path: impl AsRef<Path>) -> Result<IbnetFabric, IbnetError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| IbnetError::Io {
+    let text = crate::input::read_bounded(path).map_err(|e| IbnetError::Io {
         file: file.clone(),
-        error,
+        error: match e {
+            crate::input::InputError::Io(error) => error,
+            other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+        },
     })?;
     from_ibnet_str(&text, &file)
 }
