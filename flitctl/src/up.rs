@@ -779,7 +779,11 @@ fn parse_switch_port(topo: &Topology, spec: &str) -> Result<PortRef> {
 /// unreachable hosts account for the difference.
 pub fn shortfall(run: &RunReport) -> Option<String> {
     let t = &run.totals;
-    if let Some(stall) = &run.stall {
+    // Messages whose flits a fault dropped never arrive: their receivers
+    // wait on, which looks like a stall but is the loss the faults and
+    // drops already explain.
+    let lost_to_faults = !run.faults.is_empty() && !run.drops.is_empty();
+    if let Some(stall) = run.stall.as_ref().filter(|_| !lost_to_faults) {
         return Some(format!(
             "the traffic stalled with {} messages pending (diagnosis in the report)",
             stall.messages_pending
