@@ -193,7 +193,6 @@ pub fn run(args: RunArgs) -> Result<()> {
         vcs: description.params.vcs,
     };
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
-    let mut injected = Vec::new();
     let mut pending_kill = kill_link;
     // Faults are watched for during the traffic phase and the drain after it.
     let watch_until = traffic_start + args.traffic.duration + Duration::from_secs(1);
@@ -209,7 +208,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             ctl.fabric.set_link(l, false)?;
             let what = link_name(&topo, l);
             ctl_metrics::fault("link-down", &what);
-            injected.push(events.record_at(started_ns, ControllerEvent::fault("link-down", what)));
+            // `fault_log` reads it back from the event log.
+            events.record_at(started_ns, ControllerEvent::fault("link-down", what));
         }
     }
     // A switch that died too late for its neighbours to report it must
