@@ -18,20 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Debian's libumad2sim0 preload library, under this machine's multiarch
-/// directory.
-fn umad2sim() -> Option<PathBuf> {
-    std::fs::read_dir("/usr/lib")
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("umad2sim/libumad2sim.so"))
-        .find(|p| p.exists())
-}
-
 fn opensm_missing() -> bool {
     let available = Path::new("/usr/sbin/opensm").exists()
         && Path::new("/usr/bin/ibsim").exists()
-        && umad2sim().is_some();
+        && flitctl::ibsim::umad2sim().is_some();
     flitnet::skip_without(
         available,
         "OpenSM/ibsim (apt-get install -y --no-install-recommends opensm ibsim-utils infiniband-diags)",
@@ -258,7 +248,10 @@ fn run_opensm_by_hand(topo: &Topology, dir: &Path, extra: &[&str]) -> (String, S
         .env("SIM_HOST", &topo.hosts[0].name)
         .env("OSM_CACHE_DIR", &cache)
         .env("OSM_TMP_DIR", &cache)
-        .env("LD_PRELOAD", umad2sim().expect("checked by opensm_missing"))
+        .env(
+            "LD_PRELOAD",
+            flitctl::ibsim::umad2sim().expect("checked by opensm_missing"),
+        )
         .args(["-k", "5", "60", "opensm", "-o", "-s", "0", "-e", "-f"])
         .arg(dir.join("osm.log"))
         .args(["-D", "0x43", "--dump_files_dir"])
