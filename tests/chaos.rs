@@ -409,13 +409,13 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
         ),
         (
             "sbrp-without-dlr",
-            "mechanism: reroute\nrecovery_protocol: sbrp2\n",
-            ": recovery_protocol: sbrp2",
+            "mechanism: reroute\nrecovery-protocol: sbrp2\n",
+            ": recovery-protocol: sbrp2",
             "is for the dlr mechanisms",
         ),
         (
             "dlr-link-sbrp-switch",
-            "mechanism: dlr-link\nrecovery_protocol: sbrp0\nfabric: {vcs: 2}\ntimeline:\n  - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n",
+            "mechanism: dlr-link\nrecovery-protocol: sbrp0\nfabric: {vcs: 2}\ntimeline:\n  - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n",
             ":6: timeline[0]: sigkill-switch",
             "link faults only",
         ),

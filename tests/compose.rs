@@ -2,7 +2,7 @@
 //! host from the FROM-scratch image of compose/build-image.sh.
 //!
 //! `flitctl compose` writes the bundle, `docker-compose up -d` starts the
-//! node services, and `flitctl run` on the Docker host (the host reaches the
+//! node services, and `flitctl attach` on the Docker host (the host reaches the
 //! bridge network's addresses; daemon events come back to the gateway)
 //! attaches, installs routes and drives traffic. Mid-run the controller
 //! kills a link and the test kills a spine switch's container with
@@ -143,7 +143,7 @@ impl Drop for Project {
 }
 
 /// Writes the bundle for `topo` into a fresh directory with
-/// `flitctl compose`; events go to the gateway, where `flitctl run` on the
+/// `flitctl compose`; events go to the gateway, where `flitctl attach` on the
 /// host listens.
 fn bundle(test: &str, topo: &str, subnet: &str, events_port: u16) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("flitnet-compose-{test}-{}", std::process::id()));
@@ -221,7 +221,7 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
     let started = Instant::now();
     let run_dir = dir.join("run");
     let controller = std::process::Command::new(bin("flitctl"))
-        .args(["run", "--fabric"])
+        .args(["attach", "--fabric"])
         .arg(dir.join("configs/fabric.json"))
         .args(["--duration", "15s", "--load", "0.2"])
         .args(["--kill-link", "s0-0:4", "--kill-at", "1s"])
@@ -232,7 +232,7 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("flitctl run starts");
+        .expect("flitctl attach starts");
     // Attach is done when traffic starts; wait for it through the log line.
     std::thread::sleep(Duration::from_secs(1));
     let attach_deadline = Instant::now() + Duration::from_secs(60);
@@ -242,7 +242,7 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
     {
         assert!(
             Instant::now() < attach_deadline,
-            "flitctl run never started traffic"
+            "flitctl attach never started traffic"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -251,7 +251,7 @@ fn a_compose_fabric_survives_a_link_kill_and_a_switch_container_kill() {
     let killed_at = started.elapsed();
     let out = controller.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "flitctl run failed:\n{stderr}");
+    assert!(out.status.success(), "flitctl attach failed:\n{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{stderr}"));
     eprintln!(
@@ -363,7 +363,7 @@ fn compose_bring_up_times() {
         assert_eq!(services.len(), containers);
         let up = project.up(&services);
         let report: Value = serde_json::from_str(&ok(Command::new(bin("flitctl"))
-            .args(["run", "--fabric"])
+            .args(["attach", "--fabric"])
             .arg(dir.join("configs/fabric.json"))
             .args(["--duration", "1s", "--load", "0.1"])
             .args(["--events", &format!("0.0.0.0:{events_port}")])

@@ -177,7 +177,7 @@ fn dlr_with_sbrp(protocol: &str) -> serde_json::Value {
     let file = topology("scenarios/kary-4-3-dlr-sbrp2.yaml");
     let text = std::fs::read_to_string(&file).unwrap();
     let topo_line = "topology: ../kary-4-3.yaml";
-    let proto_line = "recovery_protocol: sbrp2";
+    let proto_line = "recovery-protocol: sbrp2";
     assert!(
         text.contains(topo_line) && text.contains(proto_line),
         "{text}"
@@ -187,7 +187,7 @@ fn dlr_with_sbrp(protocol: &str) -> serde_json::Value {
             topo_line,
             &format!("topology: {}", topology("kary-4-3.yaml").display()),
         )
-        .replace(proto_line, &format!("recovery_protocol: {protocol}"));
+        .replace(proto_line, &format!("recovery-protocol: {protocol}"));
     let run_dir = RunDir::new(&name);
     let scenario = run_dir.path().with_extension("yaml");
     std::fs::write(&scenario, text).unwrap();

@@ -1,14 +1,14 @@
 //! Reproduction of the papers' static results through the real `flitctl`
-//! (`analyze-faults` and `reproduce --quick`): the small versions of every
+//! (`analyze faults` and `reproduce --quick`): the small versions of every
 //! experiment in docs/reproduction.md, checked against the paper figures
 //! where the paper gives exact ones and against the stated claims otherwise.
 
 use flitnet::flitctl_json;
 use serde_json::Value;
 
-/// Runs `flitctl analyze-faults … --json --quiet`.
+/// Runs `flitctl analyze faults … --json --quiet`.
 fn analyze(args: &[&str]) -> Value {
-    let mut all = vec!["analyze-faults", "--quiet"];
+    let mut all = vec!["analyze", "faults", "--quiet"];
     all.extend_from_slice(args);
     flitctl_json(&all).unwrap()
 }
@@ -31,15 +31,15 @@ fn bad(a: &Value, mechanism: &str) -> u64 {
 #[test]
 fn seed004_exhaustive_rows_match_table2_exactly() {
     let columns = [
-        "D", "I", "M", "D+M", "I+D", "I+M", "I+D+M", "I×2", "I×3", "I×2+D",
+        "d", "i", "m", "d-m", "i-d", "i-m", "i-d-m", "ix2", "ix3", "ix2-d",
     ];
     for (faults, combinations, i_bad) in [(1, 81u64, 0u64), (2, 3_240, 81), (3, 85_320, 6_345)] {
         let f = faults.to_string();
         let a = analyze(&["torus:3x3x3", "-m", "table2", "-f", &f]);
         assert_eq!(a["combinations"], combinations, "{faults} faults");
         assert_eq!(a["candidate_links"], 81);
-        assert_eq!(bad(&a, "D"), combinations, "D is useless: 100%");
-        assert_eq!(bad(&a, "I"), i_bad, "I at {faults} faults");
+        assert_eq!(bad(&a, "d"), combinations, "D is useless: 100%");
+        assert_eq!(bad(&a, "i"), i_bad, "I at {faults} faults");
         for m in &columns[2..] {
             assert_eq!(bad(&a, m), 0, "{m} tolerates {faults} faults");
         }
@@ -59,7 +59,7 @@ fn seed004_sampled_row_brackets_the_paper_and_is_thread_independent() {
         analyze(&[
             "torus:3x3x3",
             "-m",
-            "I,I+D,I+M,Ix2",
+            "i,i-d,i-m,ix2",
             "-f",
             "10",
             "--mode",
@@ -78,7 +78,7 @@ fn seed004_sampled_row_brackets_the_paper_and_is_thread_independent() {
         a["results"], b["results"],
         "thread count changed the result"
     );
-    for (m, paper) in [("I", 87.40), ("I+D", 0.48), ("I+M", 0.0), ("Ix2", 0.09)] {
+    for (m, paper) in [("i", 87.40), ("i-d", 0.48), ("i-m", 0.0), ("ix2", 0.09)] {
         let r = a["results"]
             .as_array()
             .unwrap()
@@ -375,12 +375,13 @@ fn check_ordering(s: &Value, ml: u32, what: &str) {
 fn bad_arguments_are_errors() {
     for (args, needle) in [
         (
-            vec!["analyze-faults", "torus:3x3x3", "-m", "Q", "-f", "1"],
+            vec!["analyze", "faults", "torus:3x3x3", "-m", "Q", "-f", "1"],
             "mechanism `Q`",
         ),
         (
             vec![
-                "analyze-faults",
+                "analyze",
+                "faults",
                 "kary:4,3",
                 "-m",
                 "dlr",
@@ -392,15 +393,15 @@ fn bad_arguments_are_errors() {
             "distance-1",
         ),
         (
-            vec!["analyze-faults", "kary:4,3", "-m", "I+D", "-f", "1"],
-            "mechanism `I+D`",
+            vec!["analyze", "faults", "kary:4,3", "-m", "i-d", "-f", "1"],
+            "mechanism `i-d`",
         ),
         (
-            vec!["analyze-faults", "kary:2,2", "-m", "dlr", "-f", "9"],
+            vec!["analyze", "faults", "kary:2,2", "-m", "dlr", "-f", "9"],
             "9 faults",
         ),
         (
-            vec!["analyze-faults", "cube:3", "-m", "dlr", "-f", "1"],
+            vec!["analyze", "faults", "cube:3", "-m", "dlr", "-f", "1"],
             "unknown family",
         ),
         (

@@ -77,13 +77,19 @@ fn route_refuses_broken_tables_and_names_the_pairs() {
     let t = topology("kary-4-2.yaml");
     let t = t.to_str().unwrap();
     // Dmodk ignores faults, so a failed leaf uplink breaks some routes.
-    let (ok, out, err) = run(&["route", t, "--engine", "dmodk", "--fail", "s0-0:4"]);
+    let (ok, out, err) = run(&["route", t, "--engine", "dmodk", "--fail-link", "s0-0:4"]);
     assert!(!ok && out.is_empty());
     assert!(err.contains("24 failed"), "{err}");
     assert!(err.contains("4->0:"), "{err}");
     assert!(err.contains("--force"), "{err}");
     let (ok, out, _) = run(&[
-        "route", t, "--engine", "dmodk", "--fail", "s0-0:4", "--force",
+        "route",
+        t,
+        "--engine",
+        "dmodk",
+        "--fail-link",
+        "s0-0:4",
+        "--force",
     ]);
     assert!(ok && out.starts_with('{'));
     // Dmodc routes around the fault.
@@ -92,14 +98,14 @@ fn route_refuses_broken_tables_and_names_the_pairs() {
         t,
         "--engine",
         "dmodc",
-        "--fail",
+        "--fail-link",
         "s0-0:4",
         "--fail-switch",
         "s1-1",
     ]);
     assert!(ok, "{err}");
     for (args, expect) in [
-        (vec!["route", t, "--fail", "s0-0:99"], "has no port 99"),
+        (vec!["route", t, "--fail-link", "s0-0:99"], "has no port 99"),
         (vec!["route", t, "--fail-switch", "h00"], "is a host"),
         (vec!["route", t, "--engine", "warp"], "warp"),
     ] {

@@ -20,6 +20,9 @@ use std::time::Duration;
 pub enum AnalyzeCommand {
     /// Compare routing engines by static metrics on one topology.
     Routes(AnalyzeRoutesArgs),
+    /// Static fault-tolerance analysis: which link-fault combinations a
+    /// mechanism tolerates.
+    Faults(crate::analyze_faults::AnalyzeFaultsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -237,7 +240,10 @@ pub fn render_table(topo: &Topology, rp_samples: usize, cols: &[RouteAnalysis]) 
 }
 
 pub fn run(cmd: AnalyzeCommand) -> Result<()> {
-    let AnalyzeCommand::Routes(args) = cmd;
+    let args = match cmd {
+        AnalyzeCommand::Routes(args) => args,
+        AnalyzeCommand::Faults(args) => return crate::analyze_faults::run(args),
+    };
     let topo = crate::topo::load(&args.topology)?;
     let faults = args.faults.resolve(&topo)?;
     let mut cols = Vec::new();

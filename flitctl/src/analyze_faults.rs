@@ -1,4 +1,4 @@
-//! `flitctl analyze-faults`: static fault-tolerance analysis. For a topology
+//! `flitctl analyze faults`: static fault-tolerance analysis. For a topology
 //! and a routing / fault-tolerance mechanism, decide for every combination of
 //! n link faults (exhaustive, seed 004's distance-1 region, or seeded random
 //! samples) whether the mechanism still serves every pair, exactly as the
@@ -9,7 +9,7 @@
 //!   [`flitnet_core::analysis::intermediate::tolerance_table`];
 //! - k-ary n-trees, `dlr` / `dlr-adaptive` (seed 002 §6.4: every packet is
 //!   delivered by local rerouting, walked with the switch logic itself);
-//! - k-ary n-trees, `reconfig` (seed 002 §6.4's controller reconfiguration:
+//! - k-ary n-trees, `reroute` (§6.4's controller reconfiguration:
 //!   every pair keeps an up*/down* path over the surviving links);
 //! - k-ary n-trees, `ft2ei[:EIs]` (seed 000 §4.8: every pair has an allowed
 //!   path and no allowed path runs into a fault; faults are *directed* links,
@@ -56,9 +56,10 @@ pub struct AnalyzeFaultsArgs {
     /// Topology: a file (flitnet YAML or .net) or a shorthand:
     /// `torus:3x3x3`, `mesh:4x4`, `kary:4,3` (k-ary n-tree).
     pub topo: String,
-    /// Mechanism(s), comma-separated. Meshes/tori: seed 004 labels (I, D, M,
-    /// D+M, I+D, I+M, I+D+M, Ix2, Ix3, Ix2+D) or `table2` for all ten.
-    /// Fat-trees: dlr, dlr-adaptive, reconfig, ft2ei[:EIs].
+    /// Mechanism(s), comma-separated. Meshes/tori: the intermediate-node
+    /// mechanisms (i, d, m, d-m, i-d, i-m, i-d-m, ix2, ix3, ix2-d) or
+    /// `table2` for all ten. Fat-trees: dlr, dlr-adaptive, reroute
+    /// (controller re-routing by up*/down*), ft2ei[:EIs].
     #[arg(long, short)]
     pub mechanism: String,
     /// Number of simultaneous link faults.
@@ -219,7 +220,7 @@ impl Progress {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TreeMechanism {
     Dlr(DlrVariant),
-    Reconfig,
+    Reroute,
     Ft2ei(usize),
 }
 
@@ -227,7 +228,7 @@ fn parse_tree_mechanism(m: &str) -> Result<TreeMechanism> {
     Ok(match m {
         "dlr" => TreeMechanism::Dlr(DlrVariant::Deterministic),
         "dlr-adaptive" => TreeMechanism::Dlr(DlrVariant::Adaptive),
-        "reconfig" => TreeMechanism::Reconfig,
+        "reroute" => TreeMechanism::Reroute,
         "ft2ei" => TreeMechanism::Ft2ei(1),
         _ => match m.strip_prefix("ft2ei:") {
             Some(n) => TreeMechanism::Ft2ei(
@@ -237,10 +238,25 @@ fn parse_tree_mechanism(m: &str) -> Result<TreeMechanism> {
                     .with_context(|| format!("mechanism `{m}`: EIs must be a positive number"))?,
             ),
             None => bail!(
-                "mechanism `{m}` does not apply to a fat-tree (dlr, dlr-adaptive, reconfig, ft2ei[:EIs])"
+                "mechanism `{m}` does not apply to a fat-tree (dlr, dlr-adaptive, reroute, ft2ei[:EIs])"
             ),
         },
     })
+}
+
+/// The registered spelling of an intermediate-node mechanism set.
+fn intermediate_name(m: Mechanisms) -> String {
+    flitnet_core::mechanism::variants()
+        .find(|v| Mechanisms::of_variant(v) == Some(m))
+        .map_or_else(|| m.to_string(), |v| v.name.to_string())
+}
+
+/// Every registered intermediate-node mechanism's spelling.
+fn intermediate_names() -> Vec<&'static str> {
+    flitnet_core::mechanism::variants()
+        .filter(|v| Mechanisms::of_variant(v).is_some())
+        .map(|v| v.name)
+        .collect()
 }
 
 /// Runs the analysis described by `args`; `progress` reports on stderr.
@@ -255,7 +271,7 @@ pub fn analyze(args: &AnalyzeFaultsArgs) -> Result<FaultAnalysis> {
         Family::Mesh { .. } | Family::Torus { .. } => analyze_direct(&topo, args, &progress)?,
         Family::KaryNTree { k, n } => analyze_tree(&topo, *k, *n, args, &progress)?,
         other => bail!(
-            "topology `{}` is a {other:?}; analyze-faults handles meshes, tori and k-ary n-trees",
+            "topology `{}` is a {other:?}; analyze faults handles meshes, tori and k-ary n-trees",
             topo.name
         ),
     };
@@ -269,22 +285,26 @@ fn analyze_direct(
     args: &AnalyzeFaultsArgs,
     progress: &Progress,
 ) -> Result<FaultAnalysis> {
-    let labels: Vec<String> = if args.mechanism == "table2" {
-        Mechanisms::table2_columns()
-            .iter()
-            .map(|m| m.to_string())
-            .collect()
+    let mechs: Vec<Mechanisms> = if args.mechanism == "table2" {
+        Mechanisms::table2_columns().to_vec()
     } else {
-        args.mechanism.split(',').map(|s| s.trim().into()).collect()
-    };
-    let mechs = labels
-        .iter()
-        .map(|l| {
-            Mechanisms::parse(l).with_context(|| {
-                format!("mechanism `{l}` is not a seed 004 label (I, D, M, I+D, Ix2, …)")
+        args.mechanism
+            .split(',')
+            .map(|l| {
+                let l = l.trim();
+                crate::mechanism::Mechanism::parse(l)
+                    .ok()
+                    .and_then(|m| m.intermediate())
+                    .with_context(|| {
+                        format!(
+                            "mechanism `{l}` is not an intermediate-node mechanism ({})",
+                            intermediate_names().join(", ")
+                        )
+                    })
             })
-        })
-        .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<_>>()?
+    };
+    let labels: Vec<String> = mechs.iter().map(|m| intermediate_name(*m)).collect();
     let mode = match args.mode {
         Mode::Exhaustive => FaultMode::Exhaustive,
         // Every node of a torus is alike; in a mesh, the centre-most host.
@@ -413,7 +433,7 @@ fn analyze_tree(
                         .as_mut()
                         .expect("built for dlr")
                         .all_delivered(&faults, count * 1_000_000_000)?,
-                    TreeMechanism::Reconfig => updown.all_pairs(topo, &faults),
+                    TreeMechanism::Reroute => updown.all_pairs(topo, &faults),
                     TreeMechanism::Ft2ei(eis) => {
                         let set: Vec<_> = combo.iter().map(|&i| dfaults[i]).collect();
                         ft2ei::evaluate(tree, Ft2eiConfig::thesis(*eis), &set).is_ok()
@@ -697,7 +717,7 @@ pub fn render(a: &FaultAnalysis) -> String {
     s
 }
 
-/// `flitctl analyze-faults`.
+/// `flitctl analyze faults`.
 pub fn run(args: AnalyzeFaultsArgs) -> Result<()> {
     let a = analyze(&args)?;
     if args.json {

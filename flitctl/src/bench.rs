@@ -26,8 +26,9 @@
 
 use crate::bench_baseline::{baseline, baseline_ethernet, baseline_processes};
 use crate::fabric::{Fabric, LaunchOptions};
+use crate::parse::parse_duration;
 use crate::report::{self, RunReport};
-use crate::up::{compute_routes, parse_duration};
+use crate::route::compute_routes;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::control::{

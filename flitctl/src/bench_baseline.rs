@@ -359,7 +359,7 @@ pub struct RoleArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// Sender: how long to send. Receiver: sizes the latency record.
-    #[arg(long, value_parser = crate::up::parse_duration)]
+    #[arg(long, value_parser = crate::parse::parse_duration)]
     pub window: Duration,
 }
 

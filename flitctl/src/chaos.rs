@@ -640,14 +640,11 @@ pub fn run_scenario(
     // re-routes as with `reroute`. DLR with `recovery_protocol`: the
     // daemons run it and the switches reroute on their own.
     params.recovery = f.protocol();
-    let intermediate = match f.mechanism.intermediate() {
-        Some(m) => Some(crate::up::IntermediateSetup::new(
-            &scenario.topo,
-            m,
-            params.vcs,
-        )?),
-        None => None,
-    };
+    let intermediate = crate::mechanism::intermediate::IntermediateSetup::of(
+        &scenario.topo,
+        f.mechanism.fabric(),
+        params.vcs,
+    )?;
     let opts = SessionOptions {
         params: params.clone(),
         engine: f.engine.clone(),
@@ -688,7 +685,7 @@ pub fn run_scenario(
     // Dynamic local rerouting: the switches handle faults on their own.
     if let Some(c) = f.mechanism.dlr(&topo)? {
         // On error the fabric's Drop stops the daemons.
-        crate::up::configure_reroute(&fabric, &topo, c)
+        crate::mechanism::dlr::configure_reroute(&fabric, &topo, c)
             .context("configuring dynamic local rerouting")?;
         events.record(ControllerEvent::LocalRerouteConfigured { config: c });
     }

@@ -54,7 +54,7 @@ const PROMETHEUS_OFFSET: u32 = 3;
 const GRAFANA_OFFSET: u32 = 4;
 pub const FIRST_NODE_OFFSET: u32 = 16;
 /// UDP port the controller receives daemon events on (see
-/// [`crate::events`]); `flitctl run` listens there on every address.
+/// [`crate::events`]); `flitctl attach` listens there on every address.
 pub const EVENTS_PORT: u16 = 7002;
 /// Loopback subnet handed to [`daemon_configs`]; its addresses are only
 /// placeholders, rewritten to container addresses right after.
@@ -207,7 +207,7 @@ pub struct ComposeOptions {
     /// Docker host gives the network's gateway (`.1`) instead.
     pub events_addr: Option<SocketAddr>,
     /// Name peers by service DNS name (`s1-0:7000`) in the written
-    /// configurations, listen on `0.0.0.0`, and let `flitctl run` resolve
+    /// configurations, listen on `0.0.0.0`, and let `flitctl attach` resolve
     /// daemons by service name: what a swarm needs, where task addresses
     /// are not known in advance (docs/compose.md, "Swarm").
     pub dns_peers: bool,
@@ -232,11 +232,11 @@ impl Default for ComposeOptions {
     }
 }
 
-/// `flitctl run` attached to the fabric described by the mounted fabric.json.
+/// `flitctl attach` to the fabric described by the mounted fabric.json.
 pub fn default_controller_command() -> Vec<String> {
     [
         "/flitctl",
-        "run",
+        "attach",
         "--fabric",
         &format!("{CONFIG_MOUNT}/{FABRIC_FILE}"),
         "--duration",
@@ -891,7 +891,7 @@ pub struct ComposeArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Where daemons push events (default: the controller container, .2:7002;
-    /// for `flitctl run` on the Docker host give the gateway, e.g. 10.213.0.1:7002).
+    /// for `flitctl attach` on the Docker host give the gateway, e.g. 10.213.0.1:7002).
     #[arg(long)]
     pub events: Option<SocketAddr>,
     /// The repository's grafana/ directory as seen from the bundle directory.
@@ -991,7 +991,7 @@ mod tests {
             );
         }
         let controller = &services["controller"];
-        assert_eq!(controller["command"][1].as_str(), Some("run"));
+        assert_eq!(controller["command"][1].as_str(), Some("attach"));
         assert_eq!(
             controller["command"][3].as_str(),
             Some("/etc/flitnet/fabric.json")

@@ -8,7 +8,8 @@
 
 use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
 use crate::fabric::{Fabric, Reconfiguration};
-use crate::up::{compute_routes, IntermediateSetup};
+use crate::mechanism::intermediate::IntermediateSetup;
+use crate::route::compute_routes;
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
 use std::collections::BTreeSet;

@@ -400,7 +400,7 @@ mod tests {
     fn degraded_net_drops_both_ends_of_dead_cables() {
         let topo = flitnet_core::topology::generators::kary_ntree(2, 2).unwrap();
         let full = degraded_net(&topo, &FaultSet::none()).unwrap();
-        let l = crate::up::parse_link(&topo, "s0-0:2").unwrap();
+        let l = crate::parse::parse_link(&topo, "s0-0:2").unwrap();
         let cut = degraded_net(&topo, &FaultSet::with_links([l])).unwrap();
         let ports = |t: &str| t.lines().filter(|l| l.starts_with('[')).count();
         assert_eq!(ports(&full) - ports(&cut), 2);

@@ -3,8 +3,7 @@
 
 use clap::{ArgAction, Parser, Subcommand};
 use flitctl::{
-    analyze, analyze_faults, bench, bench_baseline, bench_routes, chaos, compose, reproduce, route,
-    run, topo, up,
+    analyze, bench, bench_baseline, bench_routes, chaos, compose, reproduce, route, run, topo, up,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,23 +37,22 @@ enum Command {
     /// Compute routing tables, check them, and write them (lft, intervals,
     /// opensm, json).
     Route(route::RouteArgs),
-    /// Static analyses: `analyze routes` compares engines side by side.
+    /// Static analyses: `analyze routes` compares engines side by side,
+    /// `analyze faults` finds the link-fault combinations a mechanism
+    /// tolerates.
     #[command(subcommand)]
     Analyze(analyze::AnalyzeCommand),
     /// Benchmarks, each reported as ratios to a baseline measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Static fault-tolerance analysis: which link-fault combinations a
-    /// mechanism tolerates (seeds 000, 002, 004).
-    AnalyzeFaults(analyze_faults::AnalyzeFaultsArgs),
     /// Re-run the papers' experiments and compare with their figures.
     Reproduce(reproduce::ReproduceArgs),
     /// Write a Docker Compose bundle (compose file, stack file, per-node
     /// configs, fabric.json, prometheus.yml) for a topology.
     Compose(compose::ComposeArgs),
-    /// Control a fabric started by Compose (configs/fabric.json): routes,
-    /// traffic, faults, re-routing, report.
-    Run(run::RunArgs),
+    /// Attach to a fabric started by Compose (configs/fabric.json): install
+    /// routes, drive traffic, inject faults, re-route, report.
+    Attach(run::RunArgs),
     /// Stop a fabric left running (its run directory holds state.json).
     /// Only processes whose start time and executable match what the
     /// state file recorded are signalled.
@@ -135,10 +133,9 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
         Command::Bench(BenchCommand::Routes(args)) => bench_routes::run_routes(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
-        Command::AnalyzeFaults(args) => analyze_faults::run(args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Attach(args) => run::run(args),
         Command::Down { run_dir, all } => match run_dir {
             Some(dir) if !all => down(&dir),
             _ => flitctl::runs::down_all(),

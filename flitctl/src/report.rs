@@ -651,7 +651,7 @@ mod tests {
     #[test]
     fn only_hosts_the_faults_really_cut_off_are_unreachable() {
         let cube = hypercube(4).unwrap();
-        let link = crate::up::parse_link(&cube, "r05:2").unwrap();
+        let link = crate::parse::parse_link(&cube, "r05:2").unwrap();
         assert!(unreachable_hosts(&cube, &FaultSet::with_links([link])).is_empty());
         let mut dead = FaultSet::none();
         dead.switches.insert(7);
@@ -662,8 +662,8 @@ mod tests {
         // A corner of a mesh loses both its links: cut off too.
         let mesh = mesh_or_torus(&[3, 3], false).unwrap();
         let corner = [
-            crate::up::parse_link(&mesh, "r0:1").unwrap(),
-            crate::up::parse_link(&mesh, "r0:3").unwrap(),
+            crate::parse::parse_link(&mesh, "r0:1").unwrap(),
+            crate::parse::parse_link(&mesh, "r0:3").unwrap(),
         ];
         assert_eq!(
             unreachable_hosts(&mesh, &FaultSet::with_links(corner)),

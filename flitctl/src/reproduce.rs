@@ -6,7 +6,7 @@
 //!
 //! Every paper figure below is a constant quoted with its source (the seed's
 //! digest section in ../shared/spec); every "ours" is computed here, by
-//! the same code `flitctl analyze-faults` and the routing engines use. A row
+//! the same code `flitctl analyze faults` and the routing engines use. A row
 //! is a [`Verdict::Match`] only when our number prints as the paper's at the
 //! paper's precision (exact targets) or the paper's claim holds (trends).
 //! Seed 003's latency orderings are measured on a few dozen messages: each
@@ -236,7 +236,7 @@ fn command_of(a: &AnalyzeFaultsArgs) -> String {
         Mode::Sampled => format!("sampled --samples {} --seed {}", a.samples, a.seed),
     };
     format!(
-        "flitctl analyze-faults {} --mechanism {} --faults {} --mode {mode}",
+        "flitctl analyze faults {} --mechanism {} --faults {} --mode {mode}",
         a.topo, a.mechanism, a.faults
     )
 }
@@ -421,7 +421,7 @@ fn seed004_table2(quick: bool, threads: usize, distance1_faults: u32) -> Result<
                 )
                 .verdict(Verdict::NotHere)
                 .cmd(format!(
-                    "flitctl analyze-faults torus:3x3x3 --mechanism table2 --faults {f} --mode distance1"
+                    "flitctl analyze faults torus:3x3x3 --mechanism table2 --faults {f} --mode distance1"
                 ))
                 .note(
                     "4.3M / 13.9M combinations × 10 variants did not fit the time budget of the committed run \
@@ -664,7 +664,7 @@ fn seed002(quick: bool, threads: usize) -> Result<Section> {
     for (topo, f) in guarantee {
         let a = args(
             topo,
-            "dlr,dlr-adaptive,reconfig",
+            "dlr,dlr-adaptive,reroute",
             f,
             Mode::Exhaustive,
             0,
@@ -1113,7 +1113,7 @@ fn crossing_permutation(topo: &Topology, a: &str, b: &str, flows: usize) -> Resu
     };
     let (sa, sb) = (id(a)?, id(b)?);
     let none = FaultSet::none();
-    let tables = crate::up::compute_routes(topo, "auto", &none)?;
+    let tables = crate::route::compute_routes(topo, "auto", &none)?;
     let router = TableRouter::new(topo, &none, &tables);
     let crosses = |src: HostId, dst: HostId| {
         router.path(src, dst).is_some_and(|p| {
@@ -1166,7 +1166,7 @@ fn transit_permutation(topo: &Topology, bs: &[&str], flows: usize) -> Result<Str
         })
         .collect::<Result<Vec<_>>>()?;
     let none = FaultSet::none();
-    let tables = crate::up::compute_routes(topo, "auto", &none)?;
+    let tables = crate::route::compute_routes(topo, "auto", &none)?;
     let router = TableRouter::new(topo, &none, &tables);
     let through = |src: HostId, dst: HostId| {
         router.path(src, dst).is_some_and(|p| {

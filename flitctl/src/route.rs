@@ -7,7 +7,7 @@
 //! before they are written; failures list the offending pairs.
 
 use crate::ibsim::{self, OpensmOptions, OpensmRun};
-use crate::up::parse_link;
+use crate::parse::parse_link;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use flitnet_core::routing::checker::{check, CheckOptions, CheckReport};
@@ -37,7 +37,7 @@ pub enum TableFormat {
 #[derive(Args, Debug, Clone, Default)]
 pub struct FaultArgs {
     /// Fail a link, named by one end: `NODE:PORT` (e.g. s0-0:4). Repeatable.
-    #[arg(long = "fail", value_name = "LINK")]
+    #[arg(long = "fail-link", value_name = "LINK")]
     pub links: Vec<String>,
     /// Fail a switch by name. Repeatable.
     #[arg(long = "fail-switch", value_name = "SWITCH")]
@@ -118,7 +118,7 @@ pub fn compute(topo: &Topology, engine: &str, faults: &FaultSet) -> Result<Compu
         });
     }
     let name = if engine == "auto" {
-        crate::up::auto_engine(topo)
+        flitnet_core::routing::registry::auto_engine(topo, false)
     } else {
         engine
     };
@@ -312,6 +312,14 @@ pub fn run(args: RouteArgs) -> Result<()> {
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// The tables of engine `engine` (`auto` resolved by the core registry)
+/// for `topo` minus `faults`.
+pub fn compute_routes(topo: &Topology, engine: &str, faults: &FaultSet) -> Result<RoutingTables> {
+    Ok(flitnet_core::routing::registry::route(
+        engine, topo, faults,
+    )?)
 }
 
 #[cfg(test)]

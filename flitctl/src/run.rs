@@ -1,4 +1,4 @@
-//! `flitctl run`: the controller of a fabric that something else started —
+//! `flitctl attach`: the controller of a fabric that something else started —
 //! the containers of a `flitctl compose` bundle. It attaches to the daemons
 //! listed in `fabric.json` (waiting until each answers), installs routes,
 //! drives traffic, optionally kills a link, re-routes around every fault it
@@ -14,8 +14,10 @@ use crate::controller::{
 use crate::ctl_metrics;
 use crate::events::{ControllerEvent, Event, EventLog, Record};
 use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
+use crate::parse::{parse_duration, parse_link};
 use crate::report::{self, FaultTiming, RunReport};
-use crate::up::{compute_routes, parse_duration, parse_link, Recovery, TrafficArgs};
+use crate::route::compute_routes;
+use crate::up::{Recovery, TrafficArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use flitnet_core::control::TrafficSpec;
@@ -44,7 +46,7 @@ pub struct RunArgs {
     /// A link already down when the run starts (`NODE:PORT`; repeatable):
     /// it is disabled at both ends and routed around from the start.
     #[arg(long)]
-    pub down_link: Vec<String>,
+    pub fail_link: Vec<String>,
     /// What the controller does about a fault (injected or detected).
     #[arg(long, value_enum, default_value_t = Recovery::Reroute)]
     pub recovery: Recovery,
@@ -56,7 +58,7 @@ pub struct RunArgs {
     pub seed: u64,
     /// Serve the controller's Prometheus metrics on this address (e.g. 0.0.0.0:9100).
     #[arg(long)]
-    pub metrics: Option<SocketAddr>,
+    pub controller_metrics: Option<SocketAddr>,
     /// Where to receive daemon events (default: every address, on the port
     /// of the `events_addr` in fabric.json).
     #[arg(long)]
@@ -84,7 +86,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         .map(|s| parse_link(&topo, s))
         .transpose()?;
     let down_links = args
-        .down_link
+        .fail_link
         .iter()
         .map(|s| parse_link(&topo, s))
         .collect::<Result<Vec<_>>>()?;
@@ -103,7 +105,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
     });
     let events = EventLog::start(events_bind, log_file.as_deref(), &description.token)?;
-    if let Some(addr) = args.metrics {
+    if let Some(addr) = args.controller_metrics {
         ctl_metrics::install(addr)?;
     }
     let mut faults = FaultSet::none();

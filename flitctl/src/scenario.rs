@@ -3,15 +3,15 @@
 //! ```yaml
 //! topology: ../kary-4-3.yaml        # relative to this file
 //! mechanism: reroute                # reroute | none | sbrp0/1/2 | dlr… | i …
-//! recovery_protocol: none           # with dlr…: sbrp0/1/2 on top of it
+//! recovery-protocol: none           # with dlr…: sbrp0/1/2 on top of it
 //! seed: 1
 //! traffic: {pattern: uniform, load: 0.05, duration: 6s}
-//! fabric: {bandwidth: 20000, dead_after: 300ms}
+//! fabric: {bandwidth: 20000, dead-after: 300ms}
 //! timeline:
 //!   - {at: 1.5s, action: kill-link, target: "s0-0:4"}
 //!   - {at: 3s, action: restore-link, target: "s0-0:4"}
 //!   - {at: 3.5s, action: corrupt, target: "s1-0:2", count: 5}
-//! random: {rate_per_s: 0.02, seed: 7, kinds: [kill-link], repair_after: 1s}
+//! random: {rate-per-s: 0.02, seed: 7, kinds: [kill-link], repair-after: 1s}
 //! ```
 //!
 //! Everything is checked before any process starts ([`Scenario::load`]):
@@ -20,7 +20,8 @@
 //! of elements that are not broken. Errors name the file, the line and the
 //! timeline entry.
 
-use crate::up::parse_duration;
+use crate::mechanism::Mechanism as FabricMechanism;
+use crate::parse::parse_duration;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
 use flitnet_core::host::sbrp::RecoveryProtocol;
@@ -53,100 +54,61 @@ impl<'de> Deserialize<'de> for Time {
     }
 }
 
-/// What the controller (and the fabric) do about faults.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// What the controller (and the fabric) do about faults: `reroute`, or a
+/// registered mechanism by its one spelling (`none`, `sbrp1`, `dlr-link`,
+/// `i-d`, …; [`crate::mechanism::Mechanism`]).
+///
+/// - `reroute`: recompute tables without the failed elements on every
+///   detected fault, and back on every repair.
+/// - `none`: leave the tables alone; packets routed to a dead port are
+///   dropped.
+/// - `sbrp0`, `sbrp1`, `sbrp2`: controller re-routing as `reroute`, plus
+///   source-based recovery of the packets the faults cut (docs/sbrp.md):
+///   every message is promised delivered exactly once.
+/// - the dynamic local rerouting variants (k-ary n-trees): the switches
+///   route around faults on their own; the controller leaves the tables
+///   alone.
+/// - the intermediate-node variants (meshes and tori): on every detected
+///   fault the controller pushes the fault set to the hosts, which route
+///   affected pairs through intermediate nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mechanism {
-    /// Recompute tables without the failed elements on every detected
-    /// fault (DDRC, spec 002 §3.10), and back on every repair.
     Reroute,
-    /// Leave the tables alone: packets routed to a dead port are dropped.
-    None,
-    /// Controller re-routing as `reroute`, plus source-based recovery of
-    /// the packets the faults cut (seed 003 SBRP, levels 0–2,
-    /// docs/sbrp.md): the fabric runs with that recovery protocol, and
-    /// every message is promised delivered exactly once.
-    Sbrp0,
-    Sbrp1,
-    Sbrp2,
-    /// Dynamic local rerouting in the switches (seed 002, k-ary n-trees
-    /// only, docs/recovery.md): the switches route around faults on their
-    /// own and the controller leaves the tables alone. `dlr` =
-    /// deterministic, link and switch faults (3 VCs); `dlr-link` = link
-    /// faults only (2 VCs); `dlr-adaptive` (1 VC); `dlr-adaptive-link`.
-    Dlr,
-    DlrLink,
-    DlrAdaptive,
-    DlrAdaptiveLink,
-    /// Seed 004 intermediate nodes (meshes and tori): on every detected
-    /// fault the controller pushes the fault set to the hosts, which route
-    /// affected pairs through intermediate nodes; switches keep their tables
-    /// (docs/recovery.md). `i` = I, `ix2` = I×2, `ix3` = I×3, `i-d` = I+D,
-    /// `ix2-d` = I×2+D, `d` = D, `m` = M, `d-m` = D+M, `i-m` = I+M,
-    /// `i-d-m` = I+D+M.
-    #[serde(rename = "i")]
-    I,
-    #[serde(rename = "ix2")]
-    Ix2,
-    #[serde(rename = "ix3")]
-    Ix3,
-    #[serde(rename = "i-d")]
-    ID,
-    #[serde(rename = "ix2-d")]
-    Ix2D,
-    #[serde(rename = "d")]
-    D,
-    #[serde(rename = "m")]
-    M,
-    #[serde(rename = "d-m")]
-    DM,
-    #[serde(rename = "i-m")]
-    IM,
-    #[serde(rename = "i-d-m")]
-    IDM,
+    Fabric(FabricMechanism),
 }
 
 impl Mechanism {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mechanism::Reroute => "reroute",
-            Mechanism::None => "none",
-            Mechanism::Sbrp0 => "sbrp0",
-            Mechanism::Sbrp1 => "sbrp1",
-            Mechanism::Sbrp2 => "sbrp2",
-            Mechanism::Dlr => "dlr",
-            Mechanism::DlrLink => "dlr-link",
-            Mechanism::DlrAdaptive => "dlr-adaptive",
-            Mechanism::DlrAdaptiveLink => "dlr-adaptive-link",
-            Mechanism::I => "i",
-            Mechanism::Ix2 => "ix2",
-            Mechanism::Ix3 => "ix3",
-            Mechanism::ID => "i-d",
-            Mechanism::Ix2D => "ix2-d",
-            Mechanism::D => "d",
-            Mechanism::M => "m",
-            Mechanism::DM => "d-m",
-            Mechanism::IM => "i-m",
-            Mechanism::IDM => "i-d-m",
+    /// No mechanism.
+    pub const NONE: Mechanism = Mechanism::Fabric(FabricMechanism::NONE);
+
+    /// `reroute` or a registered mechanism's name.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "reroute" => Ok(Mechanism::Reroute),
+            _ => FabricMechanism::parse(name)
+                .map(Mechanism::Fabric)
+                .map_err(|e| e.replace("(known: none,", "(known: reroute, none,")),
         }
     }
 
-    /// The seed 004 mechanism set of the intermediate-node variants.
-    pub fn intermediate(self) -> Option<flitnet_core::analysis::intermediate::Mechanisms> {
-        use flitnet_core::analysis::intermediate::Mechanisms as M;
-        Some(match self {
-            Mechanism::I => M::i(),
-            Mechanism::Ix2 => M::i_x(2),
-            Mechanism::Ix3 => M::i_x(3),
-            Mechanism::ID => M::i_d(),
-            Mechanism::Ix2D => M::i_x2_d(),
-            Mechanism::D => M::d(),
-            Mechanism::M => M::m(),
-            Mechanism::DM => M::d_m(),
-            Mechanism::IM => M::i_m(),
-            Mechanism::IDM => M::i_d_m(),
-            _ => return None,
-        })
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Reroute => "reroute",
+            Mechanism::Fabric(m) => m.name(),
+        }
+    }
+
+    /// The registered mechanism the fabric runs (`none` for `reroute`).
+    pub fn fabric(self) -> FabricMechanism {
+        match self {
+            Mechanism::Reroute => FabricMechanism::NONE,
+            Mechanism::Fabric(m) => m,
+        }
+    }
+
+    /// The intermediate-node mechanism set of the intermediate-node variants.
+    pub fn intermediate(self) -> Option<flitnet_core::mechanism::intermediate::Mechanisms> {
+        self.fabric().intermediate()
     }
 
     /// Whether the controller acts on detected faults (re-routes the
@@ -159,32 +121,13 @@ impl Mechanism {
 
     /// The recovery protocol the fabric runs with (SBRP levels only).
     pub fn recovery_protocol(self) -> RecoveryProtocol {
-        match self {
-            Mechanism::Sbrp0 => RecoveryProtocol::Sbrp0,
-            Mechanism::Sbrp1 => RecoveryProtocol::Sbrp1,
-            Mechanism::Sbrp2 => RecoveryProtocol::Sbrp2,
-            _ => RecoveryProtocol::None,
-        }
+        self.fabric().recovery_protocol()
     }
 
     /// The dynamic local rerouting configuration for `topo` (DLR variants
     /// only); refuses a topology that is not a k-ary n-tree.
     pub fn dlr(self, topo: &Topology) -> Result<Option<flitnet_core::mechanism::dlr::DlrConfig>> {
-        use crate::up::Mechanism as Up;
-        let up = match self {
-            Mechanism::Dlr => Up::Dlr,
-            Mechanism::DlrLink => Up::DlrLink,
-            Mechanism::DlrAdaptive => Up::DlrAdaptive,
-            Mechanism::DlrAdaptiveLink => Up::DlrAdaptiveLink,
-            _ => return Ok(None),
-        };
-        up.dlr(topo).map_err(|_| {
-            anyhow::anyhow!(
-                "mechanism `{}`: dynamic local rerouting needs a k-ary n-tree, `{}` is not one",
-                self.name(),
-                topo.name
-            )
-        })
+        self.fabric().dlr(topo)
     }
 
     /// Whether the mechanism promises every message delivered exactly once
@@ -195,13 +138,20 @@ impl Mechanism {
 
     /// One of the dynamic local rerouting variants.
     pub fn is_dlr(self) -> bool {
-        matches!(
-            self,
-            Mechanism::Dlr
-                | Mechanism::DlrLink
-                | Mechanism::DlrAdaptive
-                | Mechanism::DlrAdaptiveLink
-        )
+        self.fabric().is_dlr()
+    }
+}
+
+impl<'de> Deserialize<'de> for Mechanism {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Mechanism::parse(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for Mechanism {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -258,7 +208,7 @@ impl ActionKind {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TimelineEntry {
     pub at: Time,
     pub action: ActionKind,
@@ -270,7 +220,7 @@ pub struct TimelineEntry {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RandomFaults {
     /// Faults per second per element (Poisson).
     pub rate_per_s: f64,
@@ -290,7 +240,7 @@ fn default_corrupt_count() -> u32 {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct TrafficSection {
     pub pattern: String,
     pub load: f64,
@@ -312,7 +262,7 @@ impl Default for TrafficSection {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 pub struct FabricSection {
     pub vcs: u8,
     pub buffer_depth: u16,
@@ -334,7 +284,7 @@ pub struct FabricSection {
     /// Switches' head-of-queue lifetime (deadlock recovery: a head that
     /// waits this long for an output VC is discarded with its worm and,
     /// under SBRP, resent; docs/sbrp.md "Deadlock"). Absent or 0: off.
-    pub head_of_queue_lifetime: Option<Time>,
+    pub hoq_lifetime: Option<Time>,
 }
 
 impl Default for FabricSection {
@@ -350,7 +300,7 @@ impl Default for FabricSection {
             transport: DataTransport::Udp,
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
             reconfiguration: Default::default(),
-            head_of_queue_lifetime: None,
+            hoq_lifetime: None,
         }
     }
 }
@@ -373,7 +323,7 @@ impl FabricSection {
             transport: self.transport,
             link_retrain_ns: self.link_retrain.0.as_nanos() as u64,
             head_of_queue_lifetime_ns: self
-                .head_of_queue_lifetime
+                .hoq_lifetime
                 .map(|t| t.0.as_nanos() as u64)
                 .filter(|&ns| ns > 0),
         }
@@ -382,7 +332,7 @@ impl FabricSection {
 
 /// The file as written.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ScenarioFile {
     pub topology: PathBuf,
     pub mechanism: Mechanism,
@@ -428,22 +378,10 @@ impl ScenarioFile {
             format!(
                 "{}+{}",
                 self.mechanism.name(),
-                Mechanism::from_protocol(self.recovery_protocol).name()
+                self.recovery_protocol.name()
             )
         } else {
             self.mechanism.name().to_string()
-        }
-    }
-}
-
-impl Mechanism {
-    /// The `sbrp…` mechanism of a protocol (`none` for none).
-    fn from_protocol(p: RecoveryProtocol) -> Mechanism {
-        match p {
-            RecoveryProtocol::None => Mechanism::None,
-            RecoveryProtocol::Sbrp0 => Mechanism::Sbrp0,
-            RecoveryProtocol::Sbrp1 => Mechanism::Sbrp1,
-            RecoveryProtocol::Sbrp2 => Mechanism::Sbrp2,
         }
     }
 }
@@ -532,7 +470,7 @@ pub fn is_leaf(topo: &Topology, s: SwitchId) -> bool {
 
 fn resolve(topo: &Topology, kind: ActionKind, target: &str) -> Result<Target> {
     if kind.targets_link() {
-        let link = crate::up::parse_link(topo, target)?;
+        let link = crate::parse::parse_link(topo, target)?;
         let (name, port) = target.rsplit_once(':').expect("parse_link checked");
         let node = topo.find_node(name).expect("parse_link checked");
         let port: u16 = port.parse().expect("parse_link checked");
@@ -565,8 +503,18 @@ impl Scenario {
     pub fn parse(path: &Path, text: &str) -> Result<Scenario> {
         flitnet_core::input::check_yaml(text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let file: ScenarioFile = serde_yaml_ng::from_str(text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let file: ScenarioFile = serde_yaml_ng::from_str(text).map_err(|e| {
+            // A value refused by its own parser (a mechanism's name) comes
+            // without a position: name the line of its key.
+            let key_line = (!e.to_string().contains(" line ")
+                && e.to_string().contains("mechanism"))
+            .then(|| text.lines().position(|l| l.starts_with("mechanism:")))
+            .flatten();
+            match key_line {
+                Some(i) => anyhow::anyhow!("{}:{}: mechanism: {e}", path.display(), i + 1),
+                None => anyhow::anyhow!("{}: {e}", path.display()),
+            }
+        })?;
         // The same bounds the daemons enforce, before anything starts.
         file.fabric
             .params()
@@ -596,16 +544,13 @@ impl Scenario {
                 )
             };
             bail!(
-                "{}: recovery_protocol: {}: {hint}",
+                "{}: recovery-protocol: {}: {hint}",
                 path.display(),
-                Mechanism::from_protocol(file.recovery_protocol).name()
+                file.recovery_protocol.name()
             );
         }
         if file.recovery_protocol.is_on()
-            && matches!(
-                file.mechanism,
-                Mechanism::DlrLink | Mechanism::DlrAdaptiveLink
-            )
+            && matches!(file.mechanism.name(), "dlr-link" | "dlr-adaptive-link")
         {
             // The link variants have 1-hop groups only: around a dead switch
             // they may find no way, and SBRP would then resend the same
@@ -618,7 +563,7 @@ impl Scenario {
                      §3.6), so recovery_protocol {} cannot promise delivery under a switch \
                      fault; use dlr or dlr-adaptive (link and switch faults)",
                     file.mechanism.name(),
-                    Mechanism::from_protocol(file.recovery_protocol).name()
+                    file.recovery_protocol.name()
                 )
             };
             if let Some(i) = file.timeline.iter().position(|e| switch_fault(&e.action)) {
@@ -958,7 +903,7 @@ mod tests {
         let mech = "topology: ../kary-4-2.yaml\nmechanism: magic\n";
         let err = format!("{:#}", parse(mech).unwrap_err());
         assert!(
-            err.contains("unknown variant `magic`") && err.contains("line 2"),
+            err.contains("unknown mechanism `magic`") && err.contains("x.yaml:2:"),
             "{err}"
         );
         let few_vcs = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
@@ -967,7 +912,8 @@ mod tests {
         let m = parse(dlr).unwrap().file.mechanism;
         assert!(!m.acts_on_faults() && !m.promises_delivery());
         let not_a_tree = "topology: ../hypercube-4.yaml\nmechanism: dlr-adaptive\n";
-        assert!(format!("{:#}", parse(not_a_tree).unwrap_err()).contains("needs a k-ary n-tree"));
+        assert!(format!("{:#}", parse(not_a_tree).unwrap_err())
+            .contains("applies to k-ary n-trees only"));
     }
 
     #[test]
@@ -995,7 +941,7 @@ mod tests {
         let s = parse(corrupt).unwrap();
         assert_eq!(s.actions[1].kind, ActionKind::Corrupt);
         assert_eq!(s.actions[1].count, 3);
-        let random = "topology: ../kary-4-2.yaml\nmechanism: sbrp1\nrandom: {rate_per_s: 0.1, seed: 1, kinds: [kill-link, corrupt]}\n";
+        let random = "topology: ../kary-4-2.yaml\nmechanism: sbrp1\nrandom: {rate-per-s: 0.1, seed: 1, kinds: [kill-link, corrupt]}\n";
         assert!(parse(random).is_ok());
     }
 
@@ -1009,7 +955,7 @@ mod tests {
             ("dlr-adaptive-link", 1),
         ] {
             let text = format!(
-                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp1\nfabric: {{vcs: {vcs}}}\n{kill}"
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery-protocol: sbrp1\nfabric: {{vcs: {vcs}}}\n{kill}"
             );
             let f = parse(&text).unwrap().file;
             assert_eq!(f.protocol(), RecoveryProtocol::Sbrp1);
@@ -1031,18 +977,18 @@ mod tests {
         ];
         for (mech, want) in cases {
             let text = format!(
-                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp0\n"
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery-protocol: sbrp0\n"
             );
             let err = format!("{:#}", parse(&text).unwrap_err());
             assert!(
-                err.contains("x.yaml: recovery_protocol: sbrp0") && err.contains(want),
+                err.contains("x.yaml: recovery-protocol: sbrp0") && err.contains(want),
                 "{mech}: {err}"
             );
         }
         // The link variants cannot get around a dead switch.
         for mech in ["dlr-link", "dlr-adaptive-link"] {
             let text = format!(
-                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp2\nfabric: {{vcs: 2}}\n{kill}  - {{at: 2s, action: sigkill-switch, target: \"s1-1\"}}\n"
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery-protocol: sbrp2\nfabric: {{vcs: 2}}\n{kill}  - {{at: 2s, action: sigkill-switch, target: \"s1-1\"}}\n"
             );
             let err = format!("{:#}", parse(&text).unwrap_err());
             assert!(
@@ -1051,15 +997,15 @@ mod tests {
                 "{mech}: {err}"
             );
             let random = format!(
-                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery_protocol: sbrp0\nfabric: {{vcs: 2}}\nrandom: {{rate_per_s: 0.1, seed: 1, kinds: [kill-link, kill-switch]}}\n"
+                "topology: ../kary-4-2.yaml\nmechanism: {mech}\nrecovery-protocol: sbrp0\nfabric: {{vcs: 2}}\nrandom: {{rate-per-s: 0.1, seed: 1, kinds: [kill-link, kill-switch]}}\n"
             );
             let err = format!("{:#}", parse(&random).unwrap_err());
             assert!(err.contains("random.kinds: kill-switch"), "{mech}: {err}");
         }
-        let magic = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery_protocol: sbrp3\n";
+        let magic = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery-protocol: sbrp3\n";
         let err = format!("{:#}", parse(magic).unwrap_err());
         assert!(err.contains("unknown variant `sbrp3`"), "{err}");
-        let corrupt = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery_protocol: sbrp2\nfabric: {vcs: 3}\ntimeline:\n  - {at: 2s, action: corrupt, target: \"s0-0:4\", count: 3}\n";
+        let corrupt = "topology: ../kary-4-2.yaml\nmechanism: dlr\nrecovery-protocol: sbrp2\nfabric: {vcs: 3}\ntimeline:\n  - {at: 2s, action: corrupt, target: \"s0-0:4\", count: 3}\n";
         // Accepted: a corrupted datagram is a link error, a port death that
         // DLR routes around and SBRP recovers (docs/sbrp.md "Corruption").
         let s = parse(corrupt).unwrap();
@@ -1070,7 +1016,7 @@ mod tests {
     #[test]
     fn random_schedules_are_seeded_and_pair_repairs() {
         let text = format!(
-            "{HEAD}random: {{rate_per_s: 0.1, seed: 5, kinds: [kill-link, sigkill-switch], repair_after: 500ms}}\n"
+            "{HEAD}random: {{rate-per-s: 0.1, seed: 5, kinds: [kill-link, sigkill-switch], repair-after: 500ms}}\n"
         );
         let a = parse(&text).unwrap();
         let b = parse(&text).unwrap();

@@ -6,7 +6,8 @@
 use crate::events::{ControllerEvent, EventLog};
 use crate::fabric::{Fabric, HostReports, LaunchOptions, SwitchReports};
 use crate::report;
-use crate::up::{compute_routes, TrafficArgs};
+use crate::route::compute_routes;
+use crate::up::TrafficArgs;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{FabricParams, TrafficSpec};
 use flitnet_core::routing::RoutingTables;

@@ -4,23 +4,24 @@
 //! everything.
 
 use crate::controller::{fault_timing, link_name, Controller, Element, Policy};
-use crate::events::{ControllerEvent, RoutesInstalled};
-use crate::fabric::{Fabric, HostReports, Reconfiguration, ReconfigurationChoice, SwitchReports};
+use crate::events::ControllerEvent;
+use crate::fabric::{Reconfiguration, ReconfigurationChoice};
+use crate::mechanism::dlr::configure_reroute;
+use crate::mechanism::ft2ei_dyn::{configure_ft2ei_dyn, Ft2eiDynReport};
+use crate::mechanism::intermediate::{
+    total_switch_drops, IntermediateReport, IntermediateSetup, SWITCHOVER_SETTLE,
+};
+use crate::mechanism::Mechanism;
+use crate::parse::{parse_duration, parse_link, parse_switch_port};
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{traffic_spec, Session, SessionOptions};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
-use flitnet_core::analysis::intermediate::Mechanisms;
-use flitnet_core::control::{DataTransport, FabricParams, Request, SwitchReport, SwitchingMode};
-use flitnet_core::mechanism::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
-use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
-use flitnet_core::mechanism::intermediate::{IntermediateStats, RouteTableSummary};
-use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, EscapeOrder};
-use flitnet_core::routing::{registry, RoutingTables};
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
+use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
+use flitnet_core::mechanism::dlr::DlrFaults;
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -314,7 +315,7 @@ pub struct UpArgs {
     /// the switches run adaptive
     /// routing with one escape VC set per leg, so the run needs
     /// `--vcs` = legs × escape VCs per leg (2 on tori, 1 on meshes) + 1.
-    #[arg(long, value_enum, default_value_t = Mechanism::None)]
+    #[arg(long, default_value = "none", value_parser = Mechanism::parse_fabric)]
     pub mechanism: Mechanism,
     /// Seed for traffic and random choices.
     #[arg(long, default_value_t = 1)]
@@ -350,428 +351,9 @@ pub enum KillBy {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mechanism {
-    None,
-    Dlr,
-    DlrLink,
-    DlrAdaptive,
-    DlrAdaptiveLink,
-    /// Seed 000 dynamic FT²EI (exclusion intervals by control packets).
-    #[value(name = "ft2ei-dyn")]
-    Ft2eiDyn,
-    /// Dynamic FT²EI without emergency paths: packets caught between the
-    /// fault and their switch's update are dropped.
-    #[value(name = "ft2ei-dyn-drop")]
-    Ft2eiDynDrop,
-    /// Seed 004 I: one intermediate node, adaptive legs.
-    #[value(name = "i")]
-    I,
-    /// Seed 004 I×2: up to two intermediate nodes.
-    #[value(name = "ix2")]
-    Ix2,
-    /// Seed 004 I×3: up to three intermediate nodes.
-    #[value(name = "ix3")]
-    Ix3,
-    /// Seed 004 I+D: one intermediate node, D (DOR only) on any leg.
-    #[value(name = "i-d")]
-    ID,
-    /// Seed 004 I×2+D.
-    #[value(name = "ix2-d")]
-    Ix2D,
-    /// Seed 004 D: adaptive routing disabled per packet, no intermediates.
-    #[value(name = "d")]
-    D,
-    /// Seed 004 M: forced misroute runs at the start of the path.
-    #[value(name = "m")]
-    M,
-    /// Seed 004 D+M.
-    #[value(name = "d-m")]
-    DM,
-    /// Seed 004 I+M.
-    #[value(name = "i-m")]
-    IM,
-    /// Seed 004 I+D+M.
-    #[value(name = "i-d-m")]
-    IDM,
-}
-
-impl Mechanism {
-    /// The mechanism's name, as `--mechanism` spells it.
-    pub fn name(self) -> String {
-        use clap::ValueEnum;
-        self.to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_string())
-    }
-
-    /// The seed 004 mechanism set, for the intermediate-node variants.
-    pub fn intermediate(self) -> Option<Mechanisms> {
-        Some(match self {
-            Mechanism::I => Mechanisms::i(),
-            Mechanism::Ix2 => Mechanisms::i_x(2),
-            Mechanism::Ix3 => Mechanisms::i_x(3),
-            Mechanism::ID => Mechanisms::i_d(),
-            Mechanism::Ix2D => Mechanisms::i_x2_d(),
-            Mechanism::D => Mechanisms::d(),
-            Mechanism::M => Mechanisms::m(),
-            Mechanism::DM => Mechanisms::d_m(),
-            Mechanism::IM => Mechanisms::i_m(),
-            Mechanism::IDM => Mechanisms::i_d_m(),
-            _ => return None,
-        })
-    }
-
-    /// The dynamic local rerouting configuration for `topo`, if any.
-    pub fn dlr(self, topo: &Topology) -> Result<Option<DlrConfig>> {
-        use flitnet_core::topology::Family;
-        let (variant, faults) = match self {
-            m if m.intermediate().is_some() => return Ok(None),
-            Mechanism::None | Mechanism::Ft2eiDyn | Mechanism::Ft2eiDynDrop => return Ok(None),
-            Mechanism::Dlr => (DlrVariant::Deterministic, DlrFaults::Switch),
-            Mechanism::DlrLink => (DlrVariant::Deterministic, DlrFaults::Link),
-            Mechanism::DlrAdaptive => (DlrVariant::Adaptive, DlrFaults::Switch),
-            Mechanism::DlrAdaptiveLink => (DlrVariant::Adaptive, DlrFaults::Link),
-            _ => unreachable!("intermediate-node variants returned above"),
-        };
-        let Family::KaryNTree { k, n } = topo.family else {
-            bail!(
-                "--mechanism {self:?}: dynamic local rerouting needs a k-ary n-tree, `{}` is not one",
-                topo.name
-            );
-        };
-        Ok(Some(DlrConfig::new(k, n, variant, faults)))
-    }
-}
-
-impl Mechanism {
-    /// The dynamic FT²EI configuration for `topo`, if this is `ft2ei-dyn`.
-    pub fn ft2ei_dyn(self, topo: &Topology, args: &UpArgs) -> Result<Option<Ft2eiDynConfig>> {
-        use flitnet_core::topology::Family;
-        let emergency = match self {
-            Mechanism::Ft2eiDyn => true,
-            Mechanism::Ft2eiDynDrop => false,
-            _ => return Ok(None),
-        };
-        let (k, n, ruft) = match topo.family {
-            Family::KaryNTree { k, n } => (k, n, false),
-            Family::Ruft { k, n } => (k, n, true),
-            _ => bail!(
-                "--mechanism ft2ei-dyn needs a k-ary n-tree or a RUFT, `{}` is neither",
-                topo.name
-            ),
-        };
-        if args.engine != "ft2ei" || args.tables.is_some() {
-            bail!(
-                "--mechanism ft2ei-dyn routes with the FT²EI interval tables: run with \
-                 --engine ft2ei and no --tables"
-            );
-        }
-        if args.recovery != Recovery::None {
-            bail!(
-                "--mechanism ft2ei-dyn reconfigures the switches by itself: run with \
-                 --recovery none (a controller re-route would hide it)"
-            );
-        }
-        // "Two exclusion intervals are enough" (seed 000 §6.3), as the engine.
-        Ok(Some(Ft2eiDynConfig {
-            k,
-            n,
-            n_ei: 2,
-            emergency,
-            ruft,
-        }))
-    }
-}
-
-/// Turns dynamic FT²EI on in every switch (seed 000 §4.5).
-fn configure_ft2ei_dyn(fabric: &Fabric, cfg: Ft2eiDynConfig) -> Result<()> {
-    fabric.broadcast(
-        |n| matches!(n, NodeRef::Switch(_)),
-        |_| Request::ConfigureFt2eiDyn { config: Some(cfg) },
-    )?;
-    Ok(())
-}
-
-/// What dynamic FT²EI did over the run, summed over the switches.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct Ft2eiDynReport {
-    pub ctrl_sent: u64,
-    pub ctrl_received: u64,
-    pub ctrl_dropped: u64,
-    pub exclusion_updates: u64,
-    pub deflections: u64,
-    pub errors: u64,
-    /// Switches that applied at least one exclusion update.
-    pub switches_updated: u64,
-    /// First fault detection to the last exclusion update anywhere (the
-    /// daemons share CLOCK_MONOTONIC), if both happened.
-    pub reconfiguration_ns: Option<u64>,
-}
-
-impl Ft2eiDynReport {
-    fn from_switches(reports: &SwitchReports) -> Self {
-        let mut r = Ft2eiDynReport::default();
-        let (mut first_fault, mut last_update) = (u64::MAX, 0u64);
-        for (_, v) in reports {
-            let f = &v.counters.ft2ei;
-            r.ctrl_sent += f.ctrl_sent;
-            r.ctrl_received += f.ctrl_received;
-            r.ctrl_dropped += f.ctrl_dropped;
-            r.exclusion_updates += f.exclusion_updates;
-            r.deflections += f.deflections;
-            r.errors += f.errors;
-            if f.exclusion_updates > 0 {
-                r.switches_updated += 1;
-                last_update = last_update.max(f.last_update_ns);
-            }
-            if f.fault_ns > 0 {
-                first_fault = first_fault.min(f.fault_ns);
-            }
-        }
-        if first_fault != u64::MAX && last_update >= first_fault {
-            r.reconfiguration_ns = Some(last_update - first_fault);
-        }
-        r
-    }
-}
-
-/// Turns dynamic local rerouting on in every switch (seed 002).
-pub fn configure_reroute(fabric: &Fabric, topo: &Topology, cfg: DlrConfig) -> Result<()> {
-    for s in 0..topo.num_switches() as u32 {
-        // Checks the switch's place in the tree before any daemon sees it.
-        DlrSwitch::from_topology(cfg, topo, s)?;
-    }
-    fabric.broadcast(
-        |n| matches!(n, NodeRef::Switch(_)),
-        |n| {
-            let NodeRef::Switch(s) = n else {
-                unreachable!()
-            };
-            let sw = &topo.switches[s as usize];
-            Request::ConfigureReroute {
-                config: Some(cfg),
-                level: sw.level.unwrap_or(0),
-                label: sw.label.clone(),
-            }
-        },
-    )?;
-    Ok(())
-}
-
-/// Time after pushing intermediate-node routes before drops are counted
-/// as "after the switchover": packets whose heads left before the push
-/// either meet the fault or land well within it.
-const SWITCHOVER_SETTLE: Duration = Duration::from_millis(500);
-
-/// A run with seed 004's intermediate nodes: the leg tables it installs and
-/// what it measured at the switchover.
-pub struct IntermediateSetup {
-    pub mechanisms: Mechanisms,
-    pub legs: u8,
-    pub tables: RoutingTables,
-    /// Switch drops (all reasons) when hosts had switched and old packets
-    /// had settled.
-    pub drops_at_switchover: Option<u64>,
-}
-
-impl IntermediateSetup {
-    /// Leg tables for `topo` (a mesh or torus), refusing a fabric with
-    /// fewer VCs than the mechanism's escape networks need.
-    pub fn new(topo: &Topology, mechanisms: Mechanisms, vcs: u8) -> Result<Self> {
-        let legs = mechanisms.max_intermediates + 1;
-        // M's forced runs need the direction-order escape (seed 004 §3.6).
-        let order = if mechanisms.misroute {
-            EscapeOrder::DirectionOrder
-        } else {
-            EscapeOrder::Dor
-        };
-        let tables = leg_tables_ordered(topo, legs, order).with_context(|| {
-            format!("--mechanism {mechanisms}: intermediate nodes need a mesh or torus")
-        })?;
-        if tables.vcs > vcs {
-            bail!(
-                "--mechanism {mechanisms} needs {} virtual channels on `{}` ({legs} legs × {} \
-                 escape VCs + 1 adaptive); run with --vcs {}",
-                tables.vcs,
-                topo.name,
-                escape_vcs_per_leg(topo)?,
-                tables.vcs
-            );
-        }
-        Ok(IntermediateSetup {
-            mechanisms,
-            legs,
-            tables,
-            drops_at_switchover: None,
-        })
-    }
-
-    /// Pushes the fault set to every host (seed 004 §3.2: the route table
-    /// lives at the source); returns the event-log record.
-    pub fn push_faults(
-        &self,
-        fabric: &Fabric,
-        topo: &Topology,
-        faults: &FaultSet,
-        events: &crate::events::EventLog,
-    ) -> Result<crate::events::Record> {
-        let answers = fabric
-            .broadcast(
-                |n| matches!(n, NodeRef::Host(_)),
-                |_| Request::SetIntermediateRoutes {
-                    topology: Box::new(topo.clone()),
-                    faults: faults.clone(),
-                    mechanism: self.mechanisms.to_string(),
-                    legs: self.legs,
-                },
-            )
-            .context("pushing the fault set to the hosts")?;
-        let summaries = answers
-            .into_iter()
-            .map(|(_, reply)| reply.into_intermediate_routes())
-            .collect::<Result<Vec<_>, _>>()?;
-        let sum = |f: fn(&RouteTableSummary) -> u32| -> u64 {
-            summaries.iter().map(|s| f(s) as u64).sum()
-        };
-        // The same event as a switch re-route (the chaos report times
-        // recovery by it), saying what was installed.
-        Ok(
-            events.record(ControllerEvent::RoutesInstalled(RoutesInstalled {
-                engine: "intermediate-nodes".into(),
-                failed_links: Some(faults.links.iter().copied().collect()),
-                mechanism: Some(self.mechanisms.to_string()),
-                faulty_links: Some(faults.links.len()),
-                routed_pairs: Some(sum(|s| s.routed)),
-                not_tolerated_pairs: Some(sum(|s| s.not_tolerated)),
-                disconnected_pairs: Some(sum(|s| s.disconnected)),
-                ..RoutesInstalled::default()
-            })),
-        )
-    }
-
-    /// The `intermediate` section of the JSON report.
-    pub fn report(&self, switches: &SwitchReports, hosts: &HostReports) -> IntermediateReport {
-        let host_sum = |f: fn(&IntermediateStats) -> u64| -> u64 {
-            hosts.iter().map(|(_, r)| f(&r.endpoint.intermediate)).sum()
-        };
-        let switch_sum =
-            |f: fn(&SwitchReport) -> u64| -> u64 { switches.iter().map(|(_, r)| f(r)).sum() };
-        let drops = switch_sum(SwitchReport::dropped_flits);
-        IntermediateReport {
-            mechanism: self.mechanisms.to_string(),
-            legs: self.legs,
-            vcs: self.tables.vcs,
-            intermediate_pops: switch_sum(|r| r.counters.intermediate_pops),
-            packets_via_intermediate: host_sum(|s| s.packets_via_intermediate),
-            packets_deterministic: host_sum(|s| s.packets_deterministic),
-            packets_misrouted: host_sum(|s| s.packets_misrouted),
-            misroute_hops: switch_sum(|r| r.counters.misroute_hops),
-            packets_unrouted: host_sum(|s| s.packets_unrouted),
-            switch_drops: drops,
-            lost_at_disabled_ports: switch_sum(|r| r.rx_dropped_down),
-            drops_at_switchover: self.drops_at_switchover,
-            drops_after_switchover: self.drops_at_switchover.map(|d| drops.saturating_sub(d)),
-        }
-    }
-}
-
-/// What seed 004's intermediate nodes did in a run (the `intermediate`
-/// section of `up --json`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct IntermediateReport {
-    pub mechanism: String,
-    pub legs: u8,
-    pub vcs: u8,
-    /// Heads that started their next leg in a switch without ejection.
-    pub intermediate_pops: u64,
-    pub packets_via_intermediate: u64,
-    pub packets_deterministic: u64,
-    pub packets_misrouted: u64,
-    pub misroute_hops: u64,
-    pub packets_unrouted: u64,
-    pub switch_drops: u64,
-    /// Items (flits, credits) that reached a port the controller had
-    /// disabled, or were still propagating on it: lost with the link.
-    pub lost_at_disabled_ports: u64,
-    pub drops_at_switchover: Option<u64>,
-    pub drops_after_switchover: Option<u64>,
-}
-
-/// Every live switch's drops, summed.
-fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
-    Ok(fabric
-        .switch_reports()?
-        .iter()
-        .map(|(_, r)| r.dropped_flits())
-        .sum())
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recovery {
     Reroute,
     None,
-}
-
-/// Parses `5s`, `500ms`, `20us`, `100ns`, `2m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try 5s, 500ms, 20us)"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "us" | "µs" => value / 1e6,
-        "ns" => value / 1e9,
-        "m" | "min" => value * 60.0,
-        _ => {
-            return Err(format!(
-                "`{text}`: unknown unit `{unit}` (use ns, us, ms, s, m)"
-            ))
-        }
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("`{text}` is not a valid duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Finds the link on `NODE:PORT`.
-pub fn parse_link(topo: &Topology, spec: &str) -> Result<LinkId> {
-    let (name, port) = spec
-        .rsplit_once(':')
-        .with_context(|| format!("link `{spec}`: expected NODE:PORT, e.g. s0-0:4"))?;
-    let node = topo
-        .find_node(name)
-        .with_context(|| format!("link `{spec}`: no node named `{name}`"))?;
-    let port: u16 = port
-        .parse()
-        .with_context(|| format!("link `{spec}`: `{port}` is not a port number"))?;
-    if port as usize >= topo.radix(node) {
-        bail!(
-            "link `{spec}`: {name} has no port {port} (radix {})",
-            topo.radix(node)
-        );
-    }
-    topo.link_at(PortRef { node, port })
-        .with_context(|| format!("link `{spec}`: port {port} of {name} is not cabled"))
-}
-
-/// A cabled switch port named `NODE:PORT`.
-fn parse_switch_port(topo: &Topology, spec: &str) -> Result<PortRef> {
-    let link = parse_link(topo, spec)?;
-    let l = &topo.links[link as usize];
-    let end = [l.a, l.b]
-        .into_iter()
-        .find(|e| spec.rsplit_once(':').map(|(n, _)| n) == Some(topo.node_name(e.node)))
-        .expect("parse_link found the link by this end");
-    if !matches!(end.node, NodeRef::Switch(_)) {
-        bail!("`{spec}`: credits are withheld on switch ports only");
-    }
-    Ok(end)
 }
 
 /// Why a run that did not deliver everything it generated failed, or
@@ -800,36 +382,6 @@ pub fn shortfall(run: &RunReport) -> Option<String> {
         ));
     }
     None
-}
-
-/// Picks the engine for `auto`.
-pub fn auto_engine(topo: &Topology) -> &'static str {
-    use flitnet_core::topology::Family;
-    match topo.family {
-        Family::KaryNTree { .. } | Family::Pgft(_) => "dmodk",
-        Family::Mesh { .. } | Family::Torus { .. } => "dor",
-        Family::Hypercube { .. } => "ecube",
-        Family::Ruft { .. } => "ft2ei",
-        _ => "updown",
-    }
-}
-
-/// Computes and checks tables for `topo` minus `faults`.
-pub fn compute_routes(topo: &Topology, engine: &str, faults: &FaultSet) -> Result<RoutingTables> {
-    let name = if engine == "auto" {
-        if faults.is_empty() {
-            auto_engine(topo)
-        } else if topo.family.is_fat_tree() {
-            "dmodc"
-        } else {
-            "updown"
-        }
-    } else {
-        engine
-    };
-    let engine = registry::engine(name)?;
-    let tables = engine.route(topo, faults)?;
-    Ok(tables)
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
@@ -999,18 +551,13 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
         bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
     }
-    let inodes: Option<IntermediateSetup> = match args.mechanism.intermediate() {
-        Some(m) => {
-            if args.tables.is_some() {
-                bail!(
-                    "--mechanism {} installs its own tables; drop --tables",
-                    args.mechanism.name()
-                );
-            }
-            Some(IntermediateSetup::new(&topo, m, args.fabric.vcs)?)
-        }
-        None => None,
-    };
+    let inodes = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
+    if inodes.is_some() && args.tables.is_some() {
+        bail!(
+            "--mechanism {} installs its own tables; drop --tables",
+            args.mechanism
+        );
+    }
     let opts = SessionOptions {
         params: args.fabric.params_for(&args.engine),
         engine: args.engine.clone(),
@@ -1026,14 +573,30 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         },
     };
     let dlr = args.mechanism.dlr(&topo)?;
-    let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo, args)?;
+    let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo)?;
+    if ft2ei_dyn.is_some() {
+        if args.engine != "ft2ei" || args.tables.is_some() {
+            bail!(
+                "--mechanism {} routes with the FT²EI interval tables: run with \
+                 --engine ft2ei and no --tables",
+                args.mechanism
+            );
+        }
+        if args.recovery != Recovery::None {
+            bail!(
+                "--mechanism {} reconfigures the switches by itself: run with \
+                 --recovery none (a controller re-route would hide it)",
+                args.mechanism
+            );
+        }
+    }
     if let Some(c) = dlr {
         if c.faults_handled == DlrFaults::Link
             && kill_switch.is_some()
             && args.fabric.recovery_protocol.is_on()
         {
             bail!(
-                "--mechanism {} routes around link faults only (seed 002 §3.4, §3.6): with \
+                "--mechanism {} routes around link faults only (*Dynamic Fault Tolerance in Fat Trees* §3.4, §3.6): with \
                  --kill-switch, {} would resend into the same dead end again and again; use \
                  --mechanism dlr or dlr-adaptive (link and switch faults)",
                 args.mechanism.name(),

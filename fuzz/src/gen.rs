@@ -212,7 +212,7 @@ pub fn scenario_texts() -> Vec<String> {
         .collect();
     texts.sort();
     texts.push(
-        "topology: ../kary-4-2.yaml\nmechanism: none\nrandom: {rate_per_s: 0.5, seed: 3, kinds: [kill-link, kill-switch], repair_after: 1s}\ntraffic: {duration: 2s}\n"
+        "topology: ../kary-4-2.yaml\nmechanism: none\nrandom: {rate-per-s: 0.5, seed: 3, kinds: [kill-link, kill-switch], repair-after: 1s}\ntraffic: {duration: 2s}\n"
             .into(),
     );
     texts

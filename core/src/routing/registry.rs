@@ -16,7 +16,8 @@ use super::local_reroute::LocalReroute;
 use super::minhop::MinHop;
 use super::random::RandomShortestPath;
 use super::updown::{UpDown, Variant};
-use super::{RoutingEngine, RoutingError};
+use super::{RoutingEngine, RoutingError, RoutingTables};
+use crate::topology::{Family, FaultSet, Topology};
 
 type Constructor = fn() -> Box<dyn RoutingEngine>;
 
@@ -74,6 +75,41 @@ pub fn engine(name: &str) -> Result<Box<dyn RoutingEngine>, RoutingError> {
                 engine_names().join(", ")
             ),
         })
+}
+
+/// The engine `auto` stands for on `topo`: Dmodk on fat-trees, DOR on
+/// meshes and tori, e-cube on hypercubes, FT²EI on RUFTs, up*/down*
+/// otherwise. Around faults (`faults_present`) fat-trees take Dmodc, which
+/// routes degraded trees, and the rest up*/down*, which routes any
+/// connected graph.
+pub fn auto_engine(topo: &Topology, faults_present: bool) -> &'static str {
+    match (&topo.family, faults_present) {
+        (Family::KaryNTree { .. } | Family::Pgft(_), false) => "dmodk",
+        (Family::Mesh { .. } | Family::Torus { .. }, false) => "dor",
+        (Family::Hypercube { .. }, false) => "ecube",
+        (Family::Ruft { .. }, false) => "ft2ei",
+        (f, true) if f.is_fat_tree() => "dmodc",
+        _ => "updown",
+    }
+}
+
+/// The engine a run names, `auto` resolved by [`auto_engine`].
+pub fn resolve<'a>(name: &'a str, topo: &Topology, faults: &FaultSet) -> &'a str {
+    if name == "auto" {
+        auto_engine(topo, !faults.is_empty())
+    } else {
+        name
+    }
+}
+
+/// Computes the tables of engine `name` (`auto` resolved) for `topo`
+/// minus `faults`.
+pub fn route(
+    name: &str,
+    topo: &Topology,
+    faults: &FaultSet,
+) -> Result<RoutingTables, RoutingError> {
+    engine(resolve(name, topo, faults))?.route(topo, faults)
 }
 
 #[cfg(test)]
