@@ -44,7 +44,7 @@ use std::time::Instant;
 pub enum Mode {
     /// Every combination of the candidate links.
     Exhaustive,
-    /// Every combination of the links next to a node (seed 004 §2, Fig. 7);
+    /// Every combination of the links next to a node (the intermediate-node paper's Fig. 7);
     /// meshes and tori only.
     Distance1,
     /// `--samples` uniform random combinations drawn from `--seed`.
@@ -56,7 +56,8 @@ pub struct AnalyzeFaultsArgs {
     /// Topology: a file (flitnet YAML or .net) or a shorthand:
     /// `torus:3x3x3`, `mesh:4x4`, `kary:4,3` (k-ary n-tree).
     pub topo: String,
-    /// Mechanism(s), comma-separated. Meshes/tori: seed 004 labels (I, D, M,
+    /// Mechanism(s), comma-separated. Meshes/tori: the intermediate-node
+    /// paper's labels (I, D, M,
     /// D+M, I+D, I+M, I+D+M, Ix2, Ix3, Ix2+D) or `table2` for all ten.
     /// Fat-trees: dlr, dlr-adaptive, reconfig, ft2ei[:EIs].
     #[arg(long, short)]

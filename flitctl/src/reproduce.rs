@@ -57,7 +57,7 @@ pub struct ReproduceArgs {
     /// 002-connectivity, 000-ft2ei, 001-routing, 003-sbrp, 003-sbrp-sim).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Largest fault count of seed 004's distance-1 rows to run (5 to 8;
+    /// Largest fault count of the Table 2 distance-1 rows to run (5 to 8;
     /// 7 and 8 enumerate 4.3M and 13.9M combinations × 10 variants, minutes
     /// of CPU in release).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(5..=8))]

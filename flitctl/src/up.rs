@@ -71,7 +71,7 @@ pub struct FabricArgs {
     #[arg(long, default_value_t = 8)]
     pub max_packet_flits: u32,
     /// Recovery protocol for packets cut by a fault: none, sbrp0, sbrp1,
-    /// sbrp2 (seed 003, docs/sbrp.md).
+    /// sbrp2 (docs/sbrp.md).
     #[arg(long, default_value = "none", value_parser = parse_recovery)]
     pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
     /// What carries the flits between daemons: `udp` on loopback, or
@@ -94,8 +94,8 @@ pub struct FabricArgs {
     /// 128 buffer drains (128 × max(buffer depth, max packet) × flit
     /// time, at least 50 ms;
     /// 51 ms at 20,000 flits/s and 8-flit buffers), only with
-    /// `--engine local-reroute` and a recovery protocol (seed 003's faithful
-    /// mode, whose adaptive VCs can deadlock once a fault cuts the escape
+    /// `--engine local-reroute` and a recovery protocol (SBRP's faithful
+    /// mode, docs/sbrp.md, whose adaptive VCs can deadlock once a fault cuts the escape
     /// network); `off`; or a duration (e.g. 400ms).
     #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
     pub hoq_lifetime: HoqLifetime,
@@ -272,8 +272,8 @@ pub struct UpArgs {
     #[arg(long, value_parser = parse_duration)]
     pub restart_after: Option<Duration>,
     /// With --kill-switch: the controller takes the killed switch's
-    /// neighbours' ports toward it down at the same instant, as the thesis
-    /// of seed 003 assumes (each node knows whether each neighbour is
+    /// neighbours' ports toward it down at the same instant, as the SBRP
+    /// thesis assumes (each node knows whether each neighbour is
     /// faulty, no detection delay); without it they notice by keepalive
     /// (--dead-after).
     #[arg(long)]
@@ -302,13 +302,13 @@ pub struct UpArgs {
     /// (k-ary n-trees only): `dlr` = dynamic local rerouting, deterministic,
     /// link and switch faults (3 VCs); `dlr-link` = link faults only (2 VCs);
     /// `dlr-adaptive` = adaptive, link and switch faults (1 VC);
-    /// `dlr-adaptive-link`; `ft2ei-dyn` = seed 000's dynamic FT²EI: the
+    /// `dlr-adaptive-link`; `ft2ei-dyn` = dynamic FT²EI: the
     /// switches exclude the dead link's destinations by control packets
     /// among themselves and deflect packets caught in between down an
     /// emergency path (needs `--engine ft2ei --recovery none`);
     /// `ft2ei-dyn-drop` = the same without emergency paths;
     /// `none` = drop packets for dead ports.
-    /// Meshes and tori: seed 004's intermediate nodes, chosen by the hosts
+    /// Meshes and tori: intermediate nodes, chosen by the hosts
     /// from the fault set the controller pushes them (`i`, `ix2`, `ix3`,
     /// `i-d`, `ix2-d`, `d`, `m`, `d-m`, `i-m`, `i-d-m`; docs/recovery.md):
     /// the switches run adaptive
@@ -356,41 +356,41 @@ pub enum Mechanism {
     DlrLink,
     DlrAdaptive,
     DlrAdaptiveLink,
-    /// Seed 000 dynamic FT²EI (exclusion intervals by control packets).
+    /// Dynamic FT²EI (exclusion intervals by control packets).
     #[value(name = "ft2ei-dyn")]
     Ft2eiDyn,
     /// Dynamic FT²EI without emergency paths: packets caught between the
     /// fault and their switch's update are dropped.
     #[value(name = "ft2ei-dyn-drop")]
     Ft2eiDynDrop,
-    /// Seed 004 I: one intermediate node, adaptive legs.
+    /// I: one intermediate node, adaptive legs.
     #[value(name = "i")]
     I,
-    /// Seed 004 I×2: up to two intermediate nodes.
+    /// I×2: up to two intermediate nodes.
     #[value(name = "ix2")]
     Ix2,
-    /// Seed 004 I×3: up to three intermediate nodes.
+    /// I×3: up to three intermediate nodes.
     #[value(name = "ix3")]
     Ix3,
-    /// Seed 004 I+D: one intermediate node, D (DOR only) on any leg.
+    /// I+D: one intermediate node, D (DOR only) on any leg.
     #[value(name = "i-d")]
     ID,
-    /// Seed 004 I×2+D.
+    /// I×2+D: up to two intermediate nodes, D on any leg.
     #[value(name = "ix2-d")]
     Ix2D,
-    /// Seed 004 D: adaptive routing disabled per packet, no intermediates.
+    /// D: adaptive routing disabled per packet, no intermediates.
     #[value(name = "d")]
     D,
-    /// Seed 004 M: forced misroute runs at the start of the path.
+    /// M: forced misroute runs at the start of the path.
     #[value(name = "m")]
     M,
-    /// Seed 004 D+M.
+    /// D+M: D and M, no intermediates.
     #[value(name = "d-m")]
     DM,
-    /// Seed 004 I+M.
+    /// I+M: one intermediate node and forced misroute runs.
     #[value(name = "i-m")]
     IM,
-    /// Seed 004 I+D+M.
+    /// I+D+M: one intermediate node, D on any leg, forced misroute runs.
     #[value(name = "i-d-m")]
     IDM,
 }
