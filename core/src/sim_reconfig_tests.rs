@@ -16,7 +16,8 @@
 //!   [`HostEndpoint::in_flight_flits`] is 0, the tables go in, injection
 //!   resumes. No packet ever sees two routing functions.
 //!
-//! SBRP-2 is on (as in the run that wedged in CI): without a recovery
+//! SBRP-2 is on, as in `sbrp2_routes_around_a_link_whose_errors_persist`
+//! (tests/chaos.rs), whose live swap this models: without a recovery
 //! protocol a worm cut by the dying link is never closed downstream (no
 //! non-final tail), keeps an output VC with no flit behind it, and wedges
 //! live and quiesced runs alike; with it every message is delivered.

@@ -44,7 +44,7 @@ use std::time::Instant;
 pub enum Mode {
     /// Every combination of the candidate links.
     Exhaustive,
-    /// Every combination of the links next to a node (seed 004 §2, Fig. 7);
+    /// Every combination of the links next to a node (the intermediate-node paper's Fig. 7);
     /// meshes and tori only.
     Distance1,
     /// `--samples` uniform random combinations drawn from `--seed`.
@@ -375,7 +375,7 @@ fn analyze_tree(
     progress: &Progress,
 ) -> Result<FaultAnalysis> {
     if args.mode == Mode::Distance1 {
-        bail!("distance-1 mode is defined for meshes and tori only (seed 004 §2)");
+        bail!("distance-1 mode is defined for meshes and tori only (the intermediate-nodes paper, §2)");
     }
     let labels: Vec<&str> = args.mechanism.split(',').map(str::trim).collect();
     let mechs = labels

@@ -57,7 +57,7 @@ pub struct ReproduceArgs {
     /// 002-connectivity, 000-ft2ei, 001-routing, 003-sbrp, 003-sbrp-sim).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Largest fault count of seed 004's distance-1 rows to run (5 to 8;
+    /// Largest fault count of the Table 2 distance-1 rows to run (5 to 8;
     /// 7 and 8 enumerate 4.3M and 13.9M combinations × 10 variants, minutes
     /// of CPU in release).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(5..=8))]
@@ -452,8 +452,8 @@ fn seed004_table2(quick: bool, threads: usize, distance1_faults: u32) -> Result<
     }
     Ok(Section {
         id: "004-table2",
-        title: "Seed 004 Table 2: % of link-fault combinations not tolerated, 3×3×3 torus",
-        source: "digest 004 §6.1 (Table 2 as rebuilt there); columns D / I / M / D+M / I+D / I+M / I+D+M / I×2 / I×3 / I×2+D",
+        title: "*A Routing Methodology for Achieving Fault Tolerance in Direct Networks*, Table 2: % of link-fault combinations not tolerated, 3×3×3 torus",
+        source: "digest `../shared/spec/004-intermediate-nodes-ft.md` §6.1 (Table 2 as rebuilt there); columns D / I / M / D+M / I+D / I+M / I+D+M / I×2 / I×3 / I×2+D",
         lines,
         notes: vec![
             "Exhaustive and distance-1 rows must match at the printed precision (digest §6.1: exact golden targets).".into(),
@@ -546,8 +546,8 @@ fn seed004_table3(quick: bool, threads: usize) -> Result<Section> {
     }
     Ok(Section {
         id: "004-table3",
-        title: "Seed 004 Table 3: affected pairs and the mechanisms they use, 3×3×3 torus, exhaustive",
-        source: "digest 004 §6.2 (shares normalised by the printed affected %, as the paper did)",
+        title: "*A Routing Methodology for Achieving Fault Tolerance in Direct Networks*, Table 3: affected pairs and the mechanisms they use, 3×3×3 torus, exhaustive",
+        source: "digest `../shared/spec/004-intermediate-nodes-ft.md` §6.2 (shares normalised by the printed affected %, as the paper did)",
         lines,
         notes: vec!["A share matches within 0.03 points (the paper's rounding of the affected % it divides by).".into()],
         seconds: started.elapsed().as_secs_f64(),
@@ -690,8 +690,8 @@ fn seed002(quick: bool, threads: usize) -> Result<Section> {
     }
     Ok(Section {
         id: "002-connectivity",
-        title: "Seed 002 Fig. 11: probability every pair stays connected beyond k−1 link faults",
-        source: "digest 002 §6.4 (Fig. 11 prose), §4 (k−1 guarantee)",
+        title: "*Dynamic Fault Tolerance in Fat Trees*, Fig. 11: probability every pair stays connected beyond k−1 link faults",
+        source: "digest `../shared/spec/002-dynamic-ft-fat-trees.md` §6.4 (Fig. 11 prose), §4 (k−1 guarantee)",
         lines,
         notes: vec![
             "DLR / ADLR are walked with the switch's own DlrSwitch logic; reconfig = every pair keeps an up*/down* path \
@@ -881,8 +881,8 @@ fn seed000(quick: bool, threads: usize) -> Result<Section> {
     }
     Ok(Section {
         id: "000-ft2ei",
-        title: "Seed 000: FT²EI fault tolerance and memory per switch",
-        source: "digest 000 §6.3 (Tables 3.1/3.2, Fig 3.13), §4.8 (replication notes), §3.7 (memory)",
+        title: "*Low-Memory Techniques for Routing and Fault-Tolerance on the Fat-Tree Topology*: FT²EI fault tolerance and memory per switch",
+        source: "digest `../shared/spec/000-fat-tree-low-memory.md` §6.3 (Tables 3.1/3.2, Fig 3.13), §4.8 (replication notes), §3.7 (memory)",
         lines,
         notes: vec![
             "Faults are directed switch-to-switch links, the thesis's granularity (digest §4.8, §8 #1); applied in \
@@ -1072,8 +1072,8 @@ fn seed001(quick: bool) -> Result<Section> {
     }
     Ok(Section {
         id: "001-routing",
-        title: "Seed 001: congestion risk μ / μ^SP / μ^RP, effective distance ν, route computation",
-        source: "digest 001 §6.3 (ν on G_P), §7.1 (Table 2.1, 512-node reading), §7.2 (C2IO), §7.4–7.5",
+        title: "*New routing algorithms for heterogeneous exaflop supercomputers*: congestion risk μ / μ^SP / μ^RP, effective distance ν, route computation",
+        source: "digest `../shared/spec/001-gliksberg-routing.md` §6.3 (ν on G_P), §7.1 (Table 2.1, 512-node reading), §7.2 (C2IO), §7.4–7.5",
         lines,
         notes: vec![
             "Table 2.1 is compared on XGFT(2;16,32;1,16): its printed values are impossible on the printed 32-node G_2 (digest §7.1, §9 #1).".into(),
@@ -1452,7 +1452,7 @@ fn seed003(quick: bool) -> Result<Section> {
     let _ = std::fs::remove_dir_all(&dir);
     let mut notes = vec![
         format!(
-            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on this shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}, each under traffic seeds {}), the same for every protocol; counts summed over them.",
+            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on a shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}, each under traffic seeds {}), the same for every protocol; counts summed over them.",
             match pairs_per_cell * local_seeds.len() {
                 1 => "One run".to_string(),
                 n => format!("{n} runs"),
@@ -1480,8 +1480,8 @@ fn seed003(quick: bool) -> Result<Section> {
     }
     Ok(Section {
         id: "003-sbrp",
-        title: "Seed 003: SBRP-0/1/2 on real processes (corrupted-message latency, resend overhead)",
-        source: "digest 003 §6.3 (Figs 79–82), §5.7 (Table 2), §5.3 (duties I1/I2), §4 and §5.1 (local fault handling, node faults)",
+        title: "*Data Recovery in Wormhole Routing Networks in Hypercubes and Meshes*: SBRP-0/1/2 on real processes (corrupted-message latency, resend overhead)",
+        source: "digest `../shared/spec/003-sbrp-recovery.md` §6.3 (Figs 79–82), §5.7 (Table 2), §5.3 (duties I1/I2), §4 and §5.1 (local fault handling, node faults)",
         lines,
         notes,
         seconds: started.elapsed().as_secs_f64(),

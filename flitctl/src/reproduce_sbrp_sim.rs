@@ -223,8 +223,8 @@ pub fn section(quick: bool, threads: usize) -> Result<Section> {
     ];
     Ok(Section {
         id: ID,
-        title: "Seed 003: SBRP-0/1/2 latency orderings in the simulator (cycle ticks, software overhead, paired runs)",
-        source: "digest 003 §6.3 (Figs 80, 82), §6.4, §5.9 (software overhead), §5.7 (Table 2), §3.6 (simulator assumptions)",
+        title: "*Data Recovery in Wormhole Routing Networks in Hypercubes and Meshes*: SBRP-0/1/2 latency orderings in the simulator (cycle ticks, software overhead, paired runs)",
+        source: "digest `../shared/spec/003-sbrp-recovery.md` §6.3 (Figs 80, 82), §6.4, §5.9 (software overhead), §5.7 (Table 2), §3.6 (simulator assumptions)",
         lines,
         notes,
         seconds: started.elapsed().as_secs_f64(),

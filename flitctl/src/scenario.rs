@@ -358,7 +358,7 @@ pub struct ScenarioFile {
 
 impl ScenarioFile {
     /// The recovery protocol the fabric runs: the SBRP level of an `sbrp…`
-    /// mechanism, or `recovery_protocol` with a `dlr…` one.
+    /// mechanism, or `recovery-protocol` with a `dlr…` one.
     pub fn protocol(&self) -> RecoveryProtocol {
         match self.mechanism.recovery_protocol() {
             RecoveryProtocol::None => self.recovery_protocol,
@@ -531,12 +531,12 @@ impl Scenario {
             let hint = if file.mechanism.recovery_protocol().is_on() {
                 format!(
                     "mechanism `{}` already runs SBRP (with controller re-routing); drop \
-                     recovery_protocol",
+                     recovery-protocol",
                     file.mechanism.name()
                 )
             } else {
                 format!(
-                    "mechanism `{}` does not combine with it: recovery_protocol is for the \
+                    "mechanism `{}` does not combine with it: recovery-protocol is for the \
                      dlr mechanisms (dlr, dlr-link, dlr-adaptive, dlr-adaptive-link), whose \
                      switches reroute on their own; for SBRP with controller re-routing use \
                      mechanism: sbrp0|sbrp1|sbrp2",
@@ -559,8 +559,8 @@ impl Scenario {
                 |k: &ActionKind| matches!(k, ActionKind::KillSwitch | ActionKind::SigkillSwitch);
             let refused = |what: String| {
                 anyhow::anyhow!(
-                    "{what}: mechanism `{}` routes around link faults only (seed 002 §3.4, \
-                     §3.6), so recovery_protocol {} cannot promise delivery under a switch \
+                    "{what}: mechanism `{}` routes around link faults only (*Dynamic Fault Tolerance in Fat Trees* §3.4, \
+                     §3.6), so recovery-protocol {} cannot promise delivery under a switch \
                      fault; use dlr or dlr-adaptive (link and switch faults)",
                     file.mechanism.name(),
                     file.recovery_protocol.name()

@@ -72,7 +72,7 @@ pub struct GenCommon {
     /// Name of the topology (default: from the family and parameters).
     #[arg(long)]
     pub name: Option<String>,
-    /// NIDs of storage hosts, comma-separated, e.g. `3,7,11` (seed 001 §4.5).
+    /// NIDs of storage hosts, comma-separated, e.g. `3,7,11` (for Gdmodk; docs/topology.md).
     #[arg(long, value_delimiter = ',', value_name = "NIDS")]
     pub storage: Vec<u32>,
     #[command(flatten)]
@@ -81,7 +81,7 @@ pub struct GenCommon {
 
 #[derive(Subcommand, Debug)]
 pub enum GenFamily {
-    /// k-ary n-tree (seed 000 §2.1): k^n hosts, n·k^(n-1) switches of radix 2k.
+    /// k-ary n-tree (docs/topology.md): k^n hosts, n·k^(n-1) switches of radix 2k.
     KaryNtree {
         /// Arity: down ports (= up ports) per switch, at least 2.
         #[arg(long)]
@@ -92,7 +92,7 @@ pub enum GenFamily {
         #[command(flatten)]
         common: GenCommon,
     },
-    /// Parallel-ports generalized fat-tree PGFT(h; m; w; p) (seed 001 §3.2, §3.4).
+    /// Parallel-ports generalized fat-tree PGFT(h; m; w; p) (docs/topology.md).
     Pgft {
         /// Children per switch at each level, comma-separated (h entries).
         #[arg(long, value_delimiter = ',', required = true)]
@@ -106,7 +106,7 @@ pub enum GenFamily {
         #[command(flatten)]
         common: GenCommon,
     },
-    /// Reduced unidirectional fat-tree (seed 000 §2.2): one-way links, k inputs
+    /// Reduced unidirectional fat-tree (docs/topology.md): one-way links, k inputs
     /// and k outputs per switch, exactly one path per host pair.
     Ruft {
         /// Arity, at least 2.

@@ -72,7 +72,7 @@ pub struct FabricArgs {
     #[arg(long, default_value_t = 8)]
     pub max_packet_flits: u32,
     /// Recovery protocol for packets cut by a fault: none, sbrp0, sbrp1,
-    /// sbrp2 (seed 003, docs/sbrp.md).
+    /// sbrp2 (docs/sbrp.md).
     #[arg(long, default_value = "none", value_parser = parse_recovery)]
     pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
     /// What carries the flits between daemons: `udp` on loopback, or
@@ -95,8 +95,8 @@ pub struct FabricArgs {
     /// 128 buffer drains (128 × max(buffer depth, max packet) × flit
     /// time, at least 50 ms;
     /// 51 ms at 20,000 flits/s and 8-flit buffers), only with
-    /// `--engine local-reroute` and a recovery protocol (seed 003's faithful
-    /// mode, whose adaptive VCs can deadlock once a fault cuts the escape
+    /// `--engine local-reroute` and a recovery protocol (SBRP's faithful
+    /// mode, docs/sbrp.md, whose adaptive VCs can deadlock once a fault cuts the escape
     /// network); `off`; or a duration (e.g. 400ms).
     #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
     pub hoq_lifetime: HoqLifetime,
@@ -273,8 +273,8 @@ pub struct UpArgs {
     #[arg(long, value_parser = parse_duration)]
     pub restart_after: Option<Duration>,
     /// With --kill-switch: the controller takes the killed switch's
-    /// neighbours' ports toward it down at the same instant, as the thesis
-    /// of seed 003 assumes (each node knows whether each neighbour is
+    /// neighbours' ports toward it down at the same instant, as the SBRP
+    /// thesis assumes (each node knows whether each neighbour is
     /// faulty, no detection delay); without it they notice by keepalive
     /// (--dead-after).
     #[arg(long)]
@@ -303,13 +303,13 @@ pub struct UpArgs {
     /// (k-ary n-trees only): `dlr` = dynamic local rerouting, deterministic,
     /// link and switch faults (3 VCs); `dlr-link` = link faults only (2 VCs);
     /// `dlr-adaptive` = adaptive, link and switch faults (1 VC);
-    /// `dlr-adaptive-link`; `ft2ei-dyn` = seed 000's dynamic FT²EI: the
+    /// `dlr-adaptive-link`; `ft2ei-dyn` = dynamic FT²EI: the
     /// switches exclude the dead link's destinations by control packets
     /// among themselves and deflect packets caught in between down an
     /// emergency path (needs `--engine ft2ei --recovery none`);
     /// `ft2ei-dyn-drop` = the same without emergency paths;
     /// `none` = drop packets for dead ports.
-    /// Meshes and tori: seed 004's intermediate nodes, chosen by the hosts
+    /// Meshes and tori: intermediate nodes, chosen by the hosts
     /// from the fault set the controller pushes them (`i`, `ix2`, `ix3`,
     /// `i-d`, `ix2-d`, `d`, `m`, `d-m`, `i-m`, `i-d-m`; docs/recovery.md):
     /// the switches run adaptive

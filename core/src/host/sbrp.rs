@@ -59,7 +59,7 @@ pub struct SbrpConfig {
     /// Node C's recover-handler overhead (SBRP-0/1, and SBRP-2's head-loss
     /// RRQ): charged by the sender on an RRQ a switch made, on top of
     /// `resend_delay_ns`. 0 (the default) keeps C's RRQ free of software
-    /// time, as before this field existed.
+    /// time.
     #[serde(default)]
     pub switch_report_delay_ns: u64,
     /// After an NFT leaves a packet incomplete, how long the receiver waits

@@ -344,8 +344,8 @@ mod tests {
         // down from above toward a host below it; its down port dies
         // mid-packet (node C). The RRQ to the sender climbs, and d-mod-k's
         // up port toward the sender is dead too: DLR must take another one
-        // (it used to be dropped as bad_route: the local input where RRQs
-        // enter has no port number DLR knows).
+        // (handed the local input, where RRQs enter and which has no port
+        // number DLR knows, DLR alone would drop it as bad_route).
         for variant in [DlrVariant::Deterministic, DlrVariant::Adaptive] {
             for faults in [DlrFaults::Link, DlrFaults::Switch] {
                 let mut r = level1_with_sbrp(variant, faults, RecoveryProtocol::Sbrp0);
