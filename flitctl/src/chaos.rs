@@ -14,8 +14,7 @@ use crate::fabric::Reconfiguration;
 use crate::plot::{self, Marker};
 use crate::report::{self, Drain, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Mechanism, Scenario, Target};
-use crate::session::{traffic_spec, Collected, Session, SessionOptions};
-use crate::up::TrafficArgs;
+use crate::session::{Collected, Session, SessionOptions};
 use anyhow::{Context, Result};
 use clap::Args;
 use flitnet_core::control::EventKind;
@@ -655,14 +654,7 @@ pub fn run_scenario(
         tables: intermediate.as_ref().map(|i| i.tables.clone()),
         netns: None,
     };
-    let traffic = TrafficArgs {
-        pattern: f.traffic.pattern.clone(),
-        load: f.traffic.load,
-        message_flits: f.traffic.message_flits,
-        duration: f.traffic.duration.0,
-        rounds: f.traffic.rounds,
-    };
-    let spec = traffic_spec(&traffic, f.seed);
+    let spec = f.traffic.spec(f.seed);
     let session = Session::start(scenario.topo.clone(), &opts, "chaos")?;
     let run_dir = session.run_dir.clone();
     let hosts: Vec<SocketAddr> = session

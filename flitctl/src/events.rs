@@ -4,7 +4,6 @@
 //! optionally written as a JSON line, so detection and recovery times can be
 //! computed afterwards.
 
-use crate::fabric::Quiesced;
 use anyhow::{Context, Result};
 use flitnet_core::control::{open_event, EventKind};
 use flitnet_core::mechanism::dlr::DlrConfig;
@@ -414,4 +413,18 @@ mod tests {
         assert_eq!(back, log.snapshot());
         std::fs::remove_dir_all(dir).unwrap();
     }
+}
+
+/// What a quiesced table swap found (docs/chaos.md, "Quiesced reconfiguration").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quiesced {
+    /// Nothing was in flight when the tables went in.
+    pub drained: bool,
+    /// Flits the last reading counted when the drain timed out (0 if
+    /// drained).
+    pub left_in_flight: u64,
+    /// From pausing the hosts until drained (or timed out).
+    pub drain_ms: f64,
+    /// How long the hosts held injection.
+    pub paused_ms: f64,
 }

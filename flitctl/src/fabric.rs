@@ -6,8 +6,10 @@
 //! per node under `docker compose`. `B` is chosen per fabric so that several
 //! fabrics (parallel tests) can run side by side.
 
+use crate::events::Quiesced;
 use crate::netns::{interface_mac, interface_name, EthernetNet};
 use crate::process::ProcessId;
+use crate::state::{DaemonRecord, FabricState};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{
     DaemonConfig, DataTransport, FabricParams, HostDaemonReport, PortPeer, Reply, Request, Role,
@@ -73,54 +75,6 @@ pub struct Daemon {
     /// Its start time and executable, for `state.json` (None for an
     /// attached daemon).
     pub process: Option<ProcessId>,
-}
-
-/// What `flitctl down` needs to find a fabric again: written (mode 0600:
-/// it holds the token) before the first daemon starts and rewritten as
-/// each one starts, so that a controller killed during bring-up leaves
-/// nothing it cannot find.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FabricState {
-    pub token: String,
-    pub subnet: u8,
-    pub daemons: Vec<DaemonRecord>,
-    /// Ethernet transport: the fabric's network namespace.
-    #[serde(default)]
-    pub netns: Option<String>,
-    /// The flitctl process running the fabric.
-    #[serde(default)]
-    pub controller: Option<ProcessId>,
-}
-
-/// One started daemon in `state.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DaemonRecord {
-    pub name: String,
-    pub control_addr: SocketAddr,
-    #[serde(flatten)]
-    pub process: ProcessId,
-}
-
-impl FabricState {
-    pub const FILE: &'static str = "state.json";
-
-    /// Reads `run_dir/state.json`.
-    pub fn read(run_dir: &Path) -> Result<FabricState> {
-        let path = run_dir.join(Self::FILE);
-        serde_json::from_slice(
-            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
-        )
-        .with_context(|| format!("parsing {}", path.display()))
-    }
-
-    /// The daemons still running (same PID, start time and executable as
-    /// recorded).
-    pub fn live_daemons(&self) -> Vec<&DaemonRecord> {
-        self.daemons
-            .iter()
-            .filter(|d| d.process.is_running())
-            .collect()
-    }
 }
 
 /// A running fabric. Dropping it kills every daemon that is still running,
@@ -228,19 +182,6 @@ pub enum ReconfigurationChoice {
 pub struct Swap {
     /// Set for a quiesced swap.
     pub quiesced: Option<Quiesced>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Quiesced {
-    /// Nothing was in flight when the tables went in.
-    pub drained: bool,
-    /// Flits the last reading counted when the drain timed out (0 if
-    /// drained).
-    pub left_in_flight: u64,
-    /// From pausing the hosts until drained (or timed out).
-    pub drain_ms: f64,
-    /// How long the hosts held injection.
-    pub paused_ms: f64,
 }
 
 impl Swap {

@@ -269,7 +269,7 @@ pub fn list() -> Result<Vec<RunInfo>> {
             continue;
         }
         let path = entry.path();
-        let state = crate::fabric::FabricState::read(&path).ok();
+        let state = crate::state::FabricState::read(&path).ok();
         let live_daemons = state.as_ref().map_or(0, |s| s.live_daemons().len());
         let controller = state
             .as_ref()

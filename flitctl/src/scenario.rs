@@ -249,6 +249,20 @@ pub struct TrafficSection {
     pub rounds: u32,
 }
 
+impl TrafficSection {
+    /// The traffic the hosts run, with `seed`.
+    pub fn spec(&self, seed: u64) -> flitnet_core::control::TrafficSpec {
+        flitnet_core::control::TrafficSpec {
+            pattern: crate::traffic::absolute_permutation(&self.pattern),
+            load: self.load,
+            message_flits: self.message_flits,
+            duration_ns: self.duration.0.as_nanos() as u64,
+            rounds: self.rounds,
+            seed,
+        }
+    }
+}
+
 impl Default for TrafficSection {
     fn default() -> Self {
         TrafficSection {
@@ -520,7 +534,8 @@ impl Scenario {
             .params()
             .validate()
             .map_err(|e| anyhow::anyhow!("{}: fabric: {}", path.display(), e.0))?;
-        crate::session::traffic_spec_of(&file.traffic, file.seed)
+        file.traffic
+            .spec(file.seed)
             .validate(&file.fabric.params())
             .map_err(|e| anyhow::anyhow!("{}: traffic: {}", path.display(), e.0))?;
         let at_entry = |i: usize| match entry_line(text, "timeline", i) {

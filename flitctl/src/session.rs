@@ -7,12 +7,11 @@ use crate::events::{ControllerEvent, EventLog};
 use crate::fabric::{Fabric, HostReports, LaunchOptions, SwitchReports};
 use crate::report;
 use crate::route::compute_routes;
-use crate::up::TrafficArgs;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{FabricParams, TrafficSpec};
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{FaultSet, Topology};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// What a fabric is brought up with.
@@ -53,30 +52,6 @@ pub struct Collected {
     pub switches: SwitchReports,
 }
 
-/// The traffic of `args` with `seed`.
-pub fn traffic_spec(args: &TrafficArgs, seed: u64) -> TrafficSpec {
-    TrafficSpec {
-        pattern: absolute_permutation(&args.pattern),
-        load: args.load,
-        message_flits: args.message_flits,
-        duration_ns: args.duration.as_nanos() as u64,
-        rounds: args.rounds,
-        seed,
-    }
-}
-
-/// The traffic of a scenario's `traffic` section with `seed`.
-pub fn traffic_spec_of(t: &crate::scenario::TrafficSection, seed: u64) -> TrafficSpec {
-    TrafficSpec {
-        pattern: absolute_permutation(&t.pattern),
-        load: t.load,
-        message_flits: t.message_flits,
-        duration_ns: t.duration.0.as_nanos() as u64,
-        rounds: t.rounds,
-        seed,
-    }
-}
-
 /// Checks the fabric and its traffic against the bounds the daemons
 /// enforce ([`flitnet_core::control::limits`]), so that a bad value is
 /// refused before any process starts, not by the daemons later.
@@ -88,18 +63,6 @@ pub fn check_before_launch(params: &FabricParams, traffic: &TrafficSpec) -> Resu
         .validate(params)
         .map_err(|e| anyhow::anyhow!("traffic: {}", e.0))?;
     Ok(())
-}
-
-/// `permutation:FILE` with FILE made absolute (the daemons read it and do
-/// not share flitctl's working directory); other patterns unchanged.
-pub fn absolute_permutation(pattern: &str) -> String {
-    match pattern.strip_prefix("permutation:") {
-        Some(file) if !Path::new(file).is_absolute() => match std::env::current_dir() {
-            Ok(cwd) => format!("permutation:{}", cwd.join(file).display()),
-            Err(_) => pattern.to_string(),
-        },
-        _ => pattern.to_string(),
-    }
 }
 
 /// After a SIGINT or SIGTERM: the hosts stop generating (what is in

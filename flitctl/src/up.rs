@@ -15,7 +15,8 @@ use crate::mechanism::Mechanism;
 use crate::parse::{parse_duration, parse_link, parse_switch_port};
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
-use crate::session::{traffic_spec, Session, SessionOptions};
+use crate::session::{Session, SessionOptions};
+use crate::traffic::TrafficArgs;
 use anyhow::{bail, Result};
 use clap::Args;
 use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
@@ -24,28 +25,6 @@ use flitnet_core::topology::{FaultSet, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// Options shared by every command that runs traffic on a fabric.
-#[derive(Args, Debug, Clone)]
-pub struct TrafficArgs {
-    /// Traffic pattern: uniform, all-to-all, bit-reversal, shuffle, butterfly,
-    /// bit-complement, transpose, hotspot:<node>:<fraction>, shift:<s>,
-    /// permutation:<file>.
-    #[arg(long, default_value = "uniform")]
-    pub pattern: String,
-    /// Offered load per host, as a fraction of the link bandwidth.
-    #[arg(long, default_value_t = 0.3)]
-    pub load: f64,
-    /// Message length in flits.
-    #[arg(long, default_value_t = 8)]
-    pub message_flits: u32,
-    /// How long hosts generate traffic (e.g. 5s, 500ms).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// For all-to-all: rounds through every destination.
-    #[arg(long, default_value_t = 1)]
-    pub rounds: u32,
-}
 
 /// Link and switch parameters of the emulated fabric.
 #[derive(Args, Debug, Clone)]
@@ -483,7 +462,7 @@ fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
 pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     crate::session::check_before_launch(
         &args.fabric.params_for(&args.engine),
-        &traffic_spec(&args.traffic, args.seed),
+        &args.traffic.spec(args.seed),
     )?;
     let topo = crate::topo::load(&args.topology)?;
     let kill_links = args
@@ -635,7 +614,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         vcs: args.fabric.vcs,
     };
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
-    let spec = traffic_spec(&args.traffic, args.seed);
+    let spec = args.traffic.spec(args.seed);
     ctl.fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
     let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);

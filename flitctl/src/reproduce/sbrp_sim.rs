@@ -5,7 +5,7 @@
 //! thesis's setting with one-flit-per-cycle ticks, the software overhead in
 //! cycles and hundreds of paired corrupted messages per cell.
 
-use crate::reproduce::{Line, Section, Verdict};
+use super::section::{Line, Section, Verdict};
 use anyhow::Result;
 use flitnet_core::analysis::sbrp_ordering::{
     self, Cell, Config, Net, Overhead, Verdict as SimVerdict, CYCLE_NS, DOWN_CYCLES,
