@@ -31,7 +31,7 @@ use crate::link::LinkConfig;
 use crate::routing::registry::engine;
 use crate::routing::{RoutingTables, SwitchTable};
 use crate::sim::{build_fabric, Fabric, SimConfig};
-use crate::switch::{Switch, Switching};
+use crate::switch::{Switch, SwitchTiming, Switching};
 use crate::topology::generators::hypercube;
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -363,6 +363,7 @@ fn run(case: &Case, how: Swap) -> (Fabric<Switch>, Outcome) {
     let cfg = SimConfig {
         host: host_cfg(case),
         switching: Switching::Wormhole,
+        switch_timing: SwitchTiming::default(),
         wire_ns: 100,
     };
     let mut f = build_fabric(topo, &ecube, &cfg).unwrap();
