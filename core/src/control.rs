@@ -169,7 +169,11 @@ impl SwitchLatency {
             return Ok(SwitchLatency::Ns(0));
         }
         if let Some(n) = t.strip_suffix("ft") {
-            return n.trim().parse().map(SwitchLatency::FlitTimes).map_err(|_| bad());
+            return n
+                .trim()
+                .parse()
+                .map(SwitchLatency::FlitTimes)
+                .map_err(|_| bad());
         }
         let (num, scale) = if let Some(n) = t.strip_suffix("ns") {
             (n, 1.0)
@@ -284,7 +288,9 @@ impl FabricParams {
                 f.link_retrain_ns
             )));
         }
-        let flit_ns = f.bandwidth_flits_per_s.map(|r| 1_000_000_000u64.div_ceil(r));
+        let flit_ns = f
+            .bandwidth_flits_per_s
+            .map(|r| 1_000_000_000u64.div_ceil(r));
         if let SwitchLatency::FlitTimes(n) = f.switch_latency {
             if n > MAX_SWITCH_LATENCY_FLIT_TIMES {
                 return Err(ConfigError(format!(
@@ -361,7 +367,9 @@ impl FabricParams {
 
     /// The switches' traversal latency (in ns) and crossbar speedup.
     pub fn switch_timing(&self) -> crate::switch::SwitchTiming {
-        let flit_ns = self.bandwidth_flits_per_s.map(|r| 1_000_000_000u64.div_ceil(r));
+        let flit_ns = self
+            .bandwidth_flits_per_s
+            .map(|r| 1_000_000_000u64.div_ceil(r));
         crate::switch::SwitchTiming {
             traversal_ns: self.switch_latency.ns(flit_ns),
             crossbar_speedup: self.crossbar_speedup,

@@ -1077,9 +1077,7 @@ impl Link {
                         break;
                     };
                     match item {
-                        Item::Credit { vc, freed_total } => {
-                            self.apply_credit(now, vc, freed_total)
-                        }
+                        Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
                         Item::Sync(s) => self.apply_sync(&s),
                         // Link resets are acted on when the datagram
                         // arrives; flits are not in this queue.
@@ -1369,10 +1367,7 @@ impl Link {
             0
         };
         let mut sent = 0usize;
-        while data_rides {
-            let Some((ready, f)) = self.tx_queue.front() else {
-                break;
-            };
+        while let Some((ready, f)) = self.tx_queue.front().filter(|_| data_rides) {
             if let (Some(r), Some(h)) = (rate, horizon) {
                 // Back to back only: a flit queued after the wire went idle
                 // starts a datagram of its own.
@@ -1734,12 +1729,7 @@ mod tests {
 
     /// Like [`saturate_round`], returning the flits delivered with their
     /// release times.
-    fn saturate_round_at(
-        now: u64,
-        a: &mut Link,
-        b: &mut Link,
-        seq: &mut u32,
-    ) -> Vec<(u64, u32)> {
+    fn saturate_round_at(now: u64, a: &mut Link, b: &mut Link, seq: &mut u32) -> Vec<(u64, u32)> {
         while a.can_send(0) {
             a.send_at(now, flit(0, *seq)).unwrap();
             *seq += 1;
@@ -1783,7 +1773,11 @@ mod tests {
         // 200 us at 20 000 flits/s: 4 flits per datagram.
         let (bundled, bundled_datagrams) = run(200_000);
         let err = (plain.len() as f64 - rate as f64).abs() / rate as f64;
-        assert!(err < 0.01, "delivered {} flits in 1 s at {rate}/s", plain.len());
+        assert!(
+            err < 0.01,
+            "delivered {} flits in 1 s at {rate}/s",
+            plain.len()
+        );
         assert!(plain_datagrams > 15_000, "{plain_datagrams}");
         assert!(
             bundled_datagrams < plain_datagrams / 3,
@@ -1849,7 +1843,12 @@ mod tests {
         let mut seq = 0;
         let mut released = Vec::new();
         for tick in 1..=100u64 {
-            released.extend(saturate_round_at(tick * 10_000_000, &mut a, &mut b, &mut seq));
+            released.extend(saturate_round_at(
+                tick * 10_000_000,
+                &mut a,
+                &mut b,
+                &mut seq,
+            ));
         }
         // What the wire sent while the owner slept leaves in one burst, but
         // no capacity is lost (each flit carries its emulated start, below):
@@ -1857,7 +1856,11 @@ mod tests {
         // flits a second.
         let want = rate as f64 * 0.99;
         let err = (released.len() as f64 - want).abs() / want;
-        assert!(err < 0.002, "{} flits in 0.99 s at {rate}/s", released.len());
+        assert!(
+            err < 0.002,
+            "{} flits in 0.99 s at {rate}/s",
+            released.len()
+        );
 
         // The emulated departures themselves: the stamps of what left.
         let (mut a, mut b) = connected(c);

@@ -133,7 +133,9 @@ fn one_message(topo: &Topology, tables: &RoutingTables, src: u32, dst: u32) -> (
 /// The analytical zero-load latency of a message over `links` links.
 fn analytical(links: u64) -> u64 {
     let switches = links - 1;
-    links * (PROPAGATION_NS + FLIT_NS) + switches * TRAVERSAL_NS + (MESSAGE_FLITS as u64 - 1) * FLIT_NS
+    links * (PROPAGATION_NS + FLIT_NS)
+        + switches * TRAVERSAL_NS
+        + (MESSAGE_FLITS as u64 - 1) * FLIT_NS
 }
 
 fn zero_load_latency_is_analytical(topo: Topology) {

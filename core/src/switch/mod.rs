@@ -273,9 +273,9 @@ impl Switch {
         }
         let vcs = cfg.vcs as usize;
         let speedup = cfg.timing.crossbar_speedup.max(1) as u128;
-        let xbar_step_ns = link_cfg
-            .bandwidth_flits_per_s
-            .map_or(0, |rate| 1_000_000_000u128.div_ceil(rate as u128 * speedup) as u64);
+        let xbar_step_ns = link_cfg.bandwidth_flits_per_s.map_or(0, |rate| {
+            1_000_000_000u128.div_ceil(rate as u128 * speedup) as u64
+        });
         let port_counters = PortCounters {
             vcs: vec![VcCounters::default(); vcs],
             ..PortCounters::default()
