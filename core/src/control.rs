@@ -113,10 +113,98 @@ pub struct FabricParams {
     /// (a configuration without it reads as before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_of_queue_lifetime_ns: Option<u64>,
+    /// Switch traversal latency (routing, allocation, crossbar);
+    /// [`SwitchLatency::DEFAULT`] by default (docs/performance.md, "The
+    /// timing model").
+    #[serde(default)]
+    pub switch_latency: SwitchLatency,
+    /// Crossbar speedup: flits per input and per output port per flit
+    /// time (1 by default).
+    #[serde(default = "default_crossbar_speedup")]
+    pub crossbar_speedup: u8,
 }
 
 fn default_link_retrain_ns() -> u64 {
     crate::link::DEFAULT_RETRAIN_NS
+}
+
+fn default_crossbar_speedup() -> u8 {
+    1
+}
+
+/// A switch traversal latency, in ns or in flit times of the fabric's
+/// links. Written `250ns`, `1.5us`, `4ft` (flit times) or `0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SwitchLatency {
+    Ns(u64),
+    FlitTimes(u32),
+}
+
+impl SwitchLatency {
+    /// Four flit times: the classic four-stage virtual-channel router
+    /// pipeline (routing, VC allocation, switch allocation, switch
+    /// traversal; Peh and Dally, "A Delay Model and Speculative
+    /// Architecture for Pipelined Routers"), with one flit per cycle.
+    pub const DEFAULT: SwitchLatency = SwitchLatency::FlitTimes(4);
+
+    /// The latency in ns on links of `flit_time_ns` per flit (none:
+    /// unpaced links, where flit times count 0).
+    pub fn ns(self, flit_time_ns: Option<u64>) -> u64 {
+        match self {
+            SwitchLatency::Ns(ns) => ns,
+            SwitchLatency::FlitTimes(n) => flit_time_ns.unwrap_or(0).saturating_mul(n as u64),
+        }
+    }
+
+    /// Parses `4ft` (flit times), `250ns`, `2us`, `1ms`, or `0`.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let t = text.trim();
+        let bad = || {
+            ConfigError(format!(
+                "switch latency {text:?}: expected flit times (4ft) or a duration (250ns, 2us, 1ms)"
+            ))
+        };
+        if t == "0" {
+            return Ok(SwitchLatency::Ns(0));
+        }
+        if let Some(n) = t.strip_suffix("ft") {
+            return n
+                .trim()
+                .parse()
+                .map(SwitchLatency::FlitTimes)
+                .map_err(|_| bad());
+        }
+        let (num, scale) = if let Some(n) = t.strip_suffix("ns") {
+            (n, 1.0)
+        } else if let Some(n) = t.strip_suffix("us") {
+            (n, 1e3)
+        } else if let Some(n) = t.strip_suffix("ms") {
+            (n, 1e6)
+        } else {
+            return Err(bad());
+        };
+        let v: f64 = num.trim().parse().map_err(|_| bad())?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(bad());
+        }
+        Ok(SwitchLatency::Ns((v * scale).round() as u64))
+    }
+}
+
+impl Default for SwitchLatency {
+    fn default() -> Self {
+        SwitchLatency::DEFAULT
+    }
+}
+
+impl std::fmt::Display for SwitchLatency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SwitchLatency::Ns(ns) => write!(f, "{ns}ns"),
+            SwitchLatency::FlitTimes(n) => write!(f, "{n}ft"),
+        }
+    }
 }
 
 impl FabricParams {
@@ -200,6 +288,30 @@ impl FabricParams {
                 f.link_retrain_ns
             )));
         }
+        let flit_ns = f
+            .bandwidth_flits_per_s
+            .map(|r| 1_000_000_000u64.div_ceil(r));
+        if let SwitchLatency::FlitTimes(n) = f.switch_latency {
+            if n > MAX_SWITCH_LATENCY_FLIT_TIMES {
+                return Err(ConfigError(format!(
+                    "switch latency {n}ft must be at most {MAX_SWITCH_LATENCY_FLIT_TIMES} flit times"
+                )));
+            }
+        }
+        let latency = f.switch_latency.ns(flit_ns);
+        if latency > MAX_SWITCH_LATENCY_NS {
+            return Err(ConfigError(format!(
+                "switch latency {} = {latency} ns must be at most {} ms",
+                f.switch_latency,
+                MAX_SWITCH_LATENCY_NS / 1_000_000
+            )));
+        }
+        if f.crossbar_speedup == 0 || f.crossbar_speedup > MAX_CROSSBAR_SPEEDUP {
+            return Err(ConfigError(format!(
+                "crossbar speedup {} must be 1..={MAX_CROSSBAR_SPEEDUP}",
+                f.crossbar_speedup
+            )));
+        }
         if f.head_of_queue_lifetime_ns == Some(0) {
             return Err(ConfigError(
                 "head-of-queue lifetime must be longer than 0 (none = off)".into(),
@@ -232,7 +344,6 @@ impl FabricParams {
             dead_after_ns: self.dead_after_ns,
             mtu: self.mtu,
             pacing_quantum_ns: driver.pacing_quantum_ns,
-            catch_up_ns: driver.catch_up_ns,
             retrain_ns: self.link_retrain_ns,
             ..crate::link::LinkConfig::default()
         }
@@ -250,6 +361,18 @@ impl FabricParams {
             },
             link: self.link_config(driver),
             max_packet_flits: self.max_packet_flits.min(u16::MAX as u32) as u16,
+            timing: self.switch_timing(),
+        }
+    }
+
+    /// The switches' traversal latency (in ns) and crossbar speedup.
+    pub fn switch_timing(&self) -> crate::switch::SwitchTiming {
+        let flit_ns = self
+            .bandwidth_flits_per_s
+            .map(|r| 1_000_000_000u64.div_ceil(r));
+        crate::switch::SwitchTiming {
+            traversal_ns: self.switch_latency.ns(flit_ns),
+            crossbar_speedup: self.crossbar_speedup,
         }
     }
 }
@@ -263,8 +386,6 @@ pub struct LinkDriver {
     pub count_transit: bool,
     /// See `LinkConfig::pacing_quantum_ns`.
     pub pacing_quantum_ns: u64,
-    /// See `LinkConfig::catch_up_ns`.
-    pub catch_up_ns: u64,
 }
 
 impl Default for FabricParams {
@@ -284,6 +405,8 @@ impl Default for FabricParams {
             transport: DataTransport::Udp,
             link_retrain_ns: crate::link::DEFAULT_RETRAIN_NS,
             head_of_queue_lifetime_ns: None,
+            switch_latency: SwitchLatency::DEFAULT,
+            crossbar_speedup: 1,
         }
     }
 }
@@ -617,6 +740,13 @@ pub mod limits {
     pub const MAX_PROPAGATION_NS: u64 = 10_000_000_000;
     /// Longest dead-peer and retrain timers.
     pub const MAX_TIMER_NS: u64 = 60_000_000_000;
+    /// Longest switch traversal latency: 1 ms, far beyond any router
+    /// (tens of ns) even on emulated links 1000 times slower.
+    pub const MAX_SWITCH_LATENCY_NS: u64 = 1_000_000;
+    /// Longest switch traversal latency in flit times.
+    pub const MAX_SWITCH_LATENCY_FLIT_TIMES: u32 = 1_000;
+    /// Largest crossbar speedup (beyond the radix it changes nothing).
+    pub const MAX_CROSSBAR_SPEEDUP: u8 = 64;
     /// Longest traffic phase: a day.
     pub const MAX_TRAFFIC_NS: u64 = 86_400_000_000_000;
     /// Longest control request line, in bytes (a routing table of a large

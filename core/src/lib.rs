@@ -19,3 +19,5 @@ pub mod wire;
 mod sim_hoq_tests;
 #[cfg(test)]
 mod sim_reconfig_tests;
+#[cfg(test)]
+mod sim_timing_tests;

@@ -28,8 +28,6 @@ use std::collections::VecDeque;
 /// Largest buffer depth: the wrapping 16-bit counters are compared as
 /// signed differences, so in-flight amounts must stay below 2^15.
 pub const MAX_BUFFER_DEPTH: u16 = 16_384;
-/// Tokens the bandwidth bucket can hold after an idle period, in flits.
-const TOKEN_BURST_FLITS: u128 = 16;
 const NS_PER_S: u128 = 1_000_000_000;
 
 /// Static parameters of one link end (both ends must agree).
@@ -40,7 +38,11 @@ pub struct LinkConfig {
     pub vcs: u8,
     /// Flits per VC at the receiver = initial credits of the sender.
     pub buffer_depth: u16,
-    /// Emulated link bandwidth; `None` = unlimited.
+    /// Emulated link bandwidth; `None` = unlimited. A paced link
+    /// serialises: a flit starts on the emulated wire no earlier than one
+    /// flit time after the previous one started, and no earlier than it
+    /// was queued; the receiver releases it one flit time after its start
+    /// plus `propagation_ns` (docs/wire.md, "Serialisation").
     pub bandwidth_flits_per_s: Option<u64>,
     /// One-way propagation delay applied to everything received.
     pub propagation_ns: u64,
@@ -55,14 +57,17 @@ pub struct LinkConfig {
     /// before they are sent alone (they go at once when half a VC's buffer
     /// is owed).
     pub credit_coalesce_ns: u64,
-    /// Paced links only: flits wait until the bucket holds enough tokens
-    /// for all queued flits or for `bandwidth × pacing_quantum_ns` of them
-    /// (at least one, at most the token burst), so one datagram carries
-    /// what the link may send in a quantum instead of one datagram per
-    /// token. A flit leaves at most one quantum later than its token
-    /// allows; the rate is unchanged. 0 = send as soon as one token is
-    /// there. Daemons set it near their event loop's wake-up lateness,
-    /// which delays flits by as much anyway.
+    /// Paced links with `count_transit` only: when a flit's emulated
+    /// start is reached, the datagram that carries it also takes every
+    /// queued flit starting within the next quantum (back to back), so one
+    /// datagram carries what the wire sends in a quantum instead of one
+    /// datagram per flit. The receiver still releases each
+    /// flit at its own emulated start + flit time + propagation (the
+    /// stamps are in the ends' shared clock), so timing is unchanged;
+    /// batching is a transport matter. 0 = a flit leaves when its start
+    /// is reached. Daemons set it near their event loop's wake-up
+    /// lateness. Ignored without `count_transit` (the receiver could not
+    /// tell an early flit from a late one).
     pub pacing_quantum_ns: u64,
     /// Link error recovery (docs/wire.md, "Link errors and retraining"):
     /// a datagram lost or rejected while the link is in service (CRC
@@ -72,19 +77,6 @@ pub struct LinkConfig {
     /// then come back up with credits resynchronised. 0 = off: losses are
     /// only counted and the lost flits written off by sync records.
     pub retrain_ns: u64,
-    /// Paced links only: capacity a **backlogged** link may make up after
-    /// its owner was late. While flits wait for tokens, the link is
-    /// transmitting continuously on the emulated wire, so a `poll_transmit`
-    /// that comes late (a descheduled daemon) finds every token the wire
-    /// earned meanwhile, up to the 16-flit burst plus `bandwidth ×
-    /// catch_up_ns`, instead of only the burst: without it a daemon that
-    /// sleeps 10 ms at 200 k flits/s loses 2 000 flits of link capacity for
-    /// good, and a fabric "at 50 % load" on a busy machine runs past its
-    /// knee. An idle link still earns at most the burst, and what leaves is
-    /// bounded by the flits queued (which credits bound), so bursts stay
-    /// those a real link would have sent by then. 0 = no catch-up (the
-    /// deterministic tests).
-    pub catch_up_ns: u64,
     /// Count the real time a datagram spent between the two ends towards
     /// `propagation_ns`, so that an emulated wire of 1 µs on a loopback
     /// path of 10 µs adds nothing rather than 1 µs and a timer wake-up per
@@ -110,7 +102,6 @@ impl Default for LinkConfig {
             credit_coalesce_ns: 2_000,
             pacing_quantum_ns: 0,
             retrain_ns: DEFAULT_RETRAIN_NS,
-            catch_up_ns: 0,
             count_transit: false,
         }
     }
@@ -126,6 +117,8 @@ struct Extensions {
     sent_at: Option<u64>,
     /// The sender waits for our header before it sends data.
     sync_request: bool,
+    /// Emulated start of the datagram's first flit on the wire.
+    departure: Option<u64>,
 }
 
 impl Extensions {
@@ -139,6 +132,9 @@ impl Extensions {
                     }
                     wire::EXT_SENT_AT => ext.sent_at = ext.sent_at.or(wire::decode_sent_at(body)),
                     wire::EXT_SYNC_REQUEST => ext.sync_request = true,
+                    wire::EXT_DEPARTURE => {
+                        ext.departure = ext.departure.or(wire::decode_departure(body))
+                    }
                     _ => {}
                 }
             }
@@ -183,7 +179,22 @@ impl LinkConfig {
         } else {
             0
         };
-        self.vcs as usize * CREDIT_ITEM_LEN + wire::sync_len(self.vcs) + KEEPALIVE_ITEM_LEN + stamp
+        let departure = if self.bandwidth_flits_per_s.is_some() {
+            wire::DEPARTURE_ITEM_LEN
+        } else {
+            0
+        };
+        self.vcs as usize * CREDIT_ITEM_LEN
+            + wire::sync_len(self.vcs)
+            + KEEPALIVE_ITEM_LEN
+            + stamp
+            + departure
+    }
+
+    /// One flit time in ns (rounded up), `None` on an unpaced link.
+    pub fn flit_time_ns(&self) -> Option<u64> {
+        self.bandwidth_flits_per_s
+            .map(|rate| NS_PER_S.div_ceil(rate as u128) as u64)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -420,19 +431,29 @@ pub struct Link {
     /// Next time a sync record is due; `None` = as soon as possible.
     next_sync_at: Option<u64>,
     tx: Vec<TxVc>,
-    tx_queue: VecDeque<Flit>,
+    /// Flits accepted by `send`, with the time each was queued.
+    tx_queue: VecDeque<(u64, Flit)>,
     rx: Vec<RxVc>,
     rx_seq: RxSeq,
     credit_dirty_since: Option<u64>,
-    /// Received items waiting out the propagation delay.
-    in_flight: VecDeque<(u64, Item)>,
-    ready: VecDeque<Flit>,
-    /// Bandwidth bucket, in flits × 10⁹.
-    tokens: u128,
-    tokens_at: u64,
-    /// Flits were waiting for tokens at `tokens_at` (see
-    /// [`LinkConfig::catch_up_ns`]).
-    backlogged: bool,
+    /// Received control items (credits, sync records, keepalives) waiting
+    /// out the propagation delay. A sync record carries the number of
+    /// flits received before it (`rx_flits_queued` then): it is applied
+    /// only after they were, since its counters include them.
+    in_flight: VecDeque<(u64, Item, u64)>,
+    /// Received flits waiting for their release time (emulated start +
+    /// flit time + propagation). Kept apart from the control items so
+    /// that credits are not held behind a serialising flit (credits have
+    /// their own channel, as in BookSim2).
+    flits_in_flight: VecDeque<(u64, Flit)>,
+    /// Flits ever put into / taken out of `flits_in_flight`.
+    rx_flits_queued: u64,
+    rx_flits_taken: u64,
+    /// Released flits and their release time.
+    ready: VecDeque<(u64, Flit)>,
+    /// Paced links: when the emulated wire is free for the next flit to
+    /// start, in ns × bandwidth (exact for any rate).
+    wire_free: u128,
     events: VecDeque<LinkEvent>,
     stats: LinkStats,
     scratch: wire::Frame,
@@ -499,10 +520,11 @@ impl Link {
             rx_seq: RxSeq::default(),
             credit_dirty_since: None,
             in_flight: VecDeque::new(),
+            flits_in_flight: VecDeque::new(),
+            rx_flits_queued: 0,
+            rx_flits_taken: 0,
             ready: VecDeque::new(),
-            tokens: NS_PER_S,
-            tokens_at: 0,
-            backlogged: false,
+            wire_free: 0,
             events: VecDeque::new(),
             stats: LinkStats::default(),
             scratch: wire::Frame::default(),
@@ -617,12 +639,7 @@ impl Link {
     /// Flits received and not yet taken by `poll_received` (including those
     /// still propagating).
     pub fn pending_rx(&self) -> usize {
-        self.ready.len()
-            + self
-                .in_flight
-                .iter()
-                .filter(|(_, i)| matches!(i, Item::Flit(_)))
-                .count()
+        self.ready.len() + self.flits_in_flight.len()
     }
 
     /// Records that the owner is waiting for credits on `vc` (none left,
@@ -671,8 +688,16 @@ impl Link {
         Ok(())
     }
 
-    /// Queues `flit` for transmission on `flit.vc`, consuming one credit.
+    /// Queues `flit` for transmission on `flit.vc`, consuming one credit;
+    /// it was ready at the last time passed to any method.
     pub fn send(&mut self, flit: Flit) -> Result<(), LinkError> {
+        self.send_at(self.now, flit)
+    }
+
+    /// [`Link::send`] of a flit ready at `now` (it starts on the emulated
+    /// wire no earlier).
+    pub fn send_at(&mut self, now: u64, flit: Flit) -> Result<(), LinkError> {
+        self.advance(now);
         let vc = flit.vc;
         if vc >= self.cfg.vcs {
             return Err(LinkError::BadVc {
@@ -691,7 +716,7 @@ impl Link {
         let t = &mut self.tx[vc as usize];
         t.consumed = t.consumed.wrapping_add(1);
         debug_assert!(t.consumed.wrapping_sub(t.peer_freed) <= self.cfg.buffer_depth);
-        self.tx_queue.push_back(flit);
+        self.tx_queue.push_back((self.now, flit));
         Ok(())
     }
 
@@ -699,11 +724,10 @@ impl Link {
     /// (for an owner tearing down traffic to a dead peer). Returns how many.
     pub fn discard_queued(&mut self) -> usize {
         let n = self.tx_queue.len();
-        for f in self.tx_queue.drain(..) {
+        for (_, f) in self.tx_queue.drain(..) {
             let t = &mut self.tx[f.vc as usize];
             t.consumed = t.consumed.wrapping_sub(1);
         }
-        self.backlogged = false;
         n
     }
 
@@ -731,8 +755,7 @@ impl Link {
     pub fn set_admin_up(&mut self, up: bool) {
         self.admin_up = up;
         if !up {
-            self.stats.rx_dropped_down += self.in_flight.len() as u64;
-            self.in_flight.clear();
+            self.stats.rx_dropped_down += self.drop_in_flight();
             // While disabled we hear nothing, so we no longer know which
             // incarnation is at the other end: data waits, once re-enabled,
             // until the peer has shown it knows our epoch. Otherwise a peer
@@ -783,17 +806,25 @@ impl Link {
     pub fn poll_received(&mut self) -> Option<Flit> {
         let now = self.now;
         self.deliver_due(now);
-        let f = self.ready.pop_front()?;
+        self.poll_received_at().map(|(_, f)| f)
+    }
+
+    /// [`Link::poll_received`] with the flit's release time (its emulated
+    /// arrival: never later than now, earlier if the owner is late).
+    pub fn poll_received_at(&mut self) -> Option<(u64, Flit)> {
+        let now = self.now;
+        self.deliver_due(now);
+        let (at, f) = self.ready.pop_front()?;
         let r = &mut self.rx[f.vc as usize];
         r.undelivered -= 1;
-        Some(f)
+        Some((at, f))
     }
 
     /// Peeks at the next deliverable flit without taking it.
     pub fn peek_received(&mut self) -> Option<&Flit> {
         let now = self.now;
         self.deliver_due(now);
-        self.ready.front()
+        self.ready.front().map(|(_, f)| f)
     }
 
     /// Handles a datagram copied from a slice (one copy per datagram).
@@ -934,10 +965,56 @@ impl Link {
             self.rx_seq.floor = h.seq;
         }
         let due = self.propagation_due(now, ext.sent_at);
+        let mut flits = 0u64;
         for item in frame.items.drain(..) {
-            self.in_flight.push_back((due, item));
+            match item {
+                Item::Flit(f) => {
+                    let at = self.flit_due(now, due, ext.departure, flits);
+                    flits += 1;
+                    self.flits_in_flight.push_back((at, f));
+                    self.rx_flits_queued += 1;
+                }
+                item => self.in_flight.push_back((due, item, self.rx_flits_queued)),
+            }
         }
         Ok(())
+    }
+
+    /// When flit number `i` of a datagram received at `now` is released:
+    /// on a paced link whose datagram names its first flit's emulated
+    /// start `departure`, one flit time after that flit's own start (the
+    /// `i`-th after the first, back to back) plus the propagation delay.
+    /// With `count_transit` the stamp is read in the ends' shared clock
+    /// (never before `now`; a stamp over a second away from `now` is
+    /// another machine's clock); otherwise the datagram is taken to have
+    /// left when its first flit started (as in the simulator), and the
+    /// flits follow its arrival at the wire's pace. Without a stamp or a
+    /// rate: `due`, the control items' time.
+    fn flit_due(&self, now: u64, due: u64, departure: Option<u64>, i: u64) -> u64 {
+        let (Some(rate), Some(start)) = (self.cfg.bandwidth_flits_per_s, departure) else {
+            return due;
+        };
+        let serialised = ((i as u128 + 1) * NS_PER_S).div_ceil(rate as u128) as u64;
+        let trusted = self.cfg.count_transit && now.abs_diff(start) <= MAX_TRUSTED_TRANSIT_NS;
+        if trusted {
+            start
+                .saturating_add(serialised)
+                .saturating_add(self.cfg.propagation_ns)
+                .max(now)
+        } else {
+            now.saturating_add(self.cfg.propagation_ns)
+                .saturating_add(serialised)
+        }
+    }
+
+    /// Drops everything received and still propagating; returns how many
+    /// items that was.
+    fn drop_in_flight(&mut self) -> u64 {
+        let n = self.in_flight.len() + self.flits_in_flight.len();
+        self.in_flight.clear();
+        self.flits_in_flight.clear();
+        self.rx_flits_taken = self.rx_flits_queued;
+        n as u64
     }
 
     /// When items received at `now` become visible: after the propagation
@@ -964,8 +1041,7 @@ impl Link {
         self.peer_epoch = Some(epoch);
         self.peer_synced = false;
         self.rx_seq = RxSeq::default();
-        self.stats.rx_dropped_down += self.in_flight.len() as u64;
-        self.in_flight.clear();
+        self.stats.rx_dropped_down += self.drop_in_flight();
         for r in &mut self.rx {
             let held = r.received.wrapping_sub(r.freed);
             r.received = 0;
@@ -978,33 +1054,51 @@ impl Link {
             t.consumed = 0;
             t.baseline = false;
         }
-        for f in &self.tx_queue {
+        for (_, f) in &self.tx_queue {
             let t = &mut self.tx[f.vc as usize];
             t.consumed = t.consumed.wrapping_add(1);
         }
         self.next_sync_at = None;
     }
 
-    /// Applies every received item whose propagation delay has elapsed.
+    /// Applies every received item whose propagation delay has elapsed,
+    /// in time order; a sync record waits for the flits received before it.
     fn deliver_due(&mut self, now: u64) {
-        while let Some((at, _)) = self.in_flight.front() {
-            if *at > now {
-                break;
-            }
-            let Some((_, item)) = self.in_flight.pop_front() else {
-                break;
-            };
-            match item {
-                Item::Flit(f) => self.accept_flit(f),
-                Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
-                Item::Sync(s) => self.apply_sync(&s),
-                // Link resets are acted on when the datagram arrives.
-                Item::Keepalive | Item::Extension { .. } => {}
+        loop {
+            let flit_at = self.flits_in_flight.front().map(|(at, _)| *at);
+            let ctl = self.in_flight.front().map(|(at, item, before)| {
+                let waits = matches!(item, Item::Sync(_)) && *before > self.rx_flits_taken;
+                (*at, waits)
+            });
+            let flit_due = flit_at.filter(|&at| at <= now);
+            match ctl {
+                Some((at, false)) if at <= now && flit_due.is_none_or(|f| at <= f) => {
+                    let Some((_, item, _)) = self.in_flight.pop_front() else {
+                        break;
+                    };
+                    match item {
+                        Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
+                        Item::Sync(s) => self.apply_sync(&s),
+                        // Link resets are acted on when the datagram
+                        // arrives; flits are not in this queue.
+                        Item::Flit(_) | Item::Keepalive | Item::Extension { .. } => {}
+                    }
+                }
+                _ => {
+                    let Some(at) = flit_due else {
+                        break;
+                    };
+                    let Some((_, f)) = self.flits_in_flight.pop_front() else {
+                        break;
+                    };
+                    self.rx_flits_taken += 1;
+                    self.accept_flit(at, f);
+                }
             }
         }
     }
 
-    fn accept_flit(&mut self, f: Flit) {
+    fn accept_flit(&mut self, at: u64, f: Flit) {
         let vc = f.vc as usize;
         let Some(r) = self.rx.get_mut(vc) else {
             self.stats.rx_bad_vc += 1;
@@ -1022,7 +1116,7 @@ impl Link {
         r.undelivered += 1;
         self.stats.rx_flits[vc] += 1;
         self.stats.rx_payload_bytes += f.payload.len() as u64;
-        self.ready.push_back(f);
+        self.ready.push_back((at, f));
     }
 
     fn apply_credit(&mut self, now: u64, vc: u8, freed_total: u16) {
@@ -1111,8 +1205,7 @@ impl Link {
         self.retrain_until = Some(now.saturating_add(self.cfg.retrain_ns));
         self.reset_tx = None;
         self.probe_since = None;
-        self.stats.rx_dropped_retraining += self.in_flight.len() as u64;
-        self.in_flight.clear();
+        self.stats.rx_dropped_retraining += self.drop_in_flight();
         let first = *self.error_at.get_or_insert(now);
         self.events
             .push_back(LinkEvent::LinkError { cause, by_peer });
@@ -1149,67 +1242,27 @@ impl Link {
         self.probe_since = Some(now);
     }
 
-    fn refill(&mut self, now: u64) {
-        if let Some(rate) = self.cfg.bandwidth_flits_per_s {
-            self.tokens = self.tokens_by(now, rate);
-        }
-        self.tokens_at = now;
-    }
-
-    /// Tokens the bucket holds at `now` (flits × 10⁹), earned at `rate`
-    /// since the last refill up to [`Link::token_cap`].
-    fn tokens_by(&self, now: u64, rate: u64) -> u128 {
-        let dt = now.saturating_sub(self.tokens_at) as u128;
-        (self.tokens + dt * rate as u128).min(self.token_cap(rate))
-    }
-
-    /// Most tokens the bucket may hold at the next refill: the burst, plus
-    /// the catch-up allowance while flits are waiting for tokens.
-    fn token_cap(&self, rate: u64) -> u128 {
-        let burst = TOKEN_BURST_FLITS * NS_PER_S;
-        if self.backlogged {
-            burst + self.cfg.catch_up_ns as u128 * rate as u128
-        } else {
-            burst
-        }
-    }
-
-    /// Records whether flits wait for tokens from now on: they may, once
-    /// they have credits (queued flits have), data may flow and a link rate
-    /// limits them.
-    fn note_backlog(&mut self) {
-        self.backlogged =
-            self.cfg.bandwidth_flits_per_s.is_some() && self.data_ok() && !self.tx_queue.is_empty();
-        if !self.backlogged {
-            // An idle link holds at most the burst: what a late owner
-            // earned beyond it while flits waited is spent or forfeited.
-            self.tokens = self.tokens.min(TOKEN_BURST_FLITS * NS_PER_S);
-        }
-    }
-
     /// Data may flow once both ends know each other's epoch and the peer
     /// has reported its buffer state.
     fn data_ok(&self) -> bool {
         self.admin_up && self.alive && self.peer_synced && self.tx.iter().all(|t| t.baseline)
     }
 
-    /// Flits a paced link waits to have tokens for before it sends data on
-    /// its own (see [`LinkConfig::pacing_quantum_ns`]): 1 without a quantum.
-    fn pace_batch(&self) -> usize {
-        let Some(rate) = self.cfg.bandwidth_flits_per_s else {
-            return 1;
-        };
-        let quantum = rate as u128 * self.cfg.pacing_quantum_ns as u128 / NS_PER_S;
-        (quantum.min(TOKEN_BURST_FLITS) as usize)
-            .min(self.tx_queue.len())
-            .max(1)
+    /// How far ahead of `now` a flit may be written (see
+    /// [`LinkConfig::pacing_quantum_ns`]).
+    fn send_ahead_ns(&self) -> u64 {
+        if self.cfg.count_transit {
+            self.cfg.pacing_quantum_ns
+        } else {
+            0
+        }
     }
 
-    fn flits_allowed(&self) -> usize {
-        match self.cfg.bandwidth_flits_per_s {
-            None => usize::MAX,
-            Some(_) => (self.tokens / NS_PER_S) as usize,
-        }
+    /// Emulated start of the front flit on a paced link (ns × rate): when
+    /// the wire is free, and not before it was queued.
+    fn front_start(&self, rate: u64) -> Option<u128> {
+        let (ready, _) = self.tx_queue.front()?;
+        Some(self.wire_free.max(*ready as u128 * rate as u128))
     }
 
     fn credits_urgent(&self, now: u64) -> bool {
@@ -1240,32 +1293,53 @@ impl Link {
         self.end_retrain_if_due(now);
         out.clear();
         if !self.admin_up {
-            self.backlogged = false;
             return false;
         }
         if self.retrain_until.is_some() {
-            self.backlogged = false;
+            self.idle_wire(now);
             return self.poll_link_reset(now, out);
         }
-        self.refill(now);
         let data_ok = self.data_ok() && !self.tx_queue.is_empty();
-        let allowed = if data_ok { self.flits_allowed() } else { 0 };
+        if !data_ok {
+            // A flit that could not leave starts no earlier than now.
+            self.idle_wire(now);
+        }
+        let rate = self.cfg.bandwidth_flits_per_s;
+        // The latest emulated start a flit may have to go into this datagram.
+        let horizon = rate.map(|r| (now.saturating_add(self.send_ahead_ns())) as u128 * r as u128);
+        let front = match rate {
+            Some(r) if data_ok => self.front_start(r),
+            _ => None,
+        };
+        // A datagram starts for data once the front flit's start is
+        // reached; flits starting up to the horizon ride along on it (and
+        // on any datagram that goes anyway).
+        let first_start = front.filter(|&s| horizon.is_some_and(|h| s <= h));
+        let data_starts = data_ok
+            && match (rate, front) {
+                (None, _) => true,
+                (Some(r), Some(s)) => s <= now as u128 * r as u128,
+                (Some(_), None) => false,
+            };
+        let data_rides = data_starts || (data_ok && first_start.is_some());
         let sync = self.sync_due(now);
         let owed = !self.credits_withheld && self.rx.iter().any(|r| r.freed != r.advertised);
         if !owed {
             self.credit_dirty_since = None;
         }
-        // Too few tokens for a full pacing batch: flits do not start a
-        // datagram, but ride along (up to the tokens) on one that goes anyway.
-        let data_starts = allowed > 0 && allowed >= self.pace_batch();
         let credits = owed && (data_starts || self.credits_urgent(now));
         if !data_starts && !sync && !credits {
-            self.note_backlog();
             return false;
         }
         let mut w = FrameWriter::new(out, self.next_header());
         if self.cfg.count_transit && self.cfg.propagation_ns > 0 {
             w.push_extension(wire::EXT_SENT_AT, &now.to_le_bytes());
+        }
+        if let (Some(r), Some(start), true) = (rate, first_start, data_rides) {
+            // The first flit's emulated start, in ns; the others follow
+            // back to back (docs/wire.md, "Serialisation").
+            let ns = start.div_ceil(r as u128) as u64;
+            w.push_extension(wire::EXT_DEPARTURE, &ns.to_le_bytes());
         }
         // Owed credits first (all VCs in a sync record), then flits, then
         // the sync record last so its counters include this datagram's flits.
@@ -1293,25 +1367,30 @@ impl Link {
             0
         };
         let mut sent = 0usize;
-        while sent < allowed {
-            let Some(f) = self.tx_queue.front() else {
-                break;
-            };
+        while let Some((ready, f)) = self.tx_queue.front().filter(|_| data_rides) {
+            if let (Some(r), Some(h)) = (rate, horizon) {
+                // Back to back only: a flit queued after the wire went idle
+                // starts a datagram of its own.
+                let ready = *ready as u128 * r as u128;
+                if (sent > 0 && ready > self.wire_free) || self.wire_free.max(ready) > h {
+                    break;
+                }
+            }
             if w.len() + w.flit_len(f) + reserve > self.cfg.mtu {
                 break;
             }
-            let Some(f) = self.tx_queue.pop_front() else {
+            let Some((ready, f)) = self.tx_queue.pop_front() else {
                 break;
             };
+            if let Some(r) = rate {
+                self.wire_free = self.wire_free.max(ready as u128 * r as u128) + NS_PER_S;
+            }
             w.push_flit(&f);
             let vc = f.vc as usize;
             self.tx[vc].transmitted = self.tx[vc].transmitted.wrapping_add(1);
             self.stats.tx_flits[vc] += 1;
             self.stats.tx_payload_bytes += f.payload.len() as u64;
             sent += 1;
-        }
-        if self.cfg.bandwidth_flits_per_s.is_some() {
-            self.tokens -= sent as u128 * NS_PER_S;
         }
         if sync && !self.peer_synced {
             // Until the peer's header shows it knows us, ask it to answer
@@ -1333,8 +1412,15 @@ impl Link {
             self.next_sync_at = Some(now.saturating_add(self.cfg.keepalive_interval_ns));
         }
         self.count_sent(w.finish());
-        self.note_backlog();
         true
+    }
+
+    /// The emulated wire carries nothing before `now`: flits that could
+    /// not leave (link down, not synchronised) start no earlier.
+    fn idle_wire(&mut self, now: u64) {
+        if let Some(rate) = self.cfg.bandwidth_flits_per_s {
+            self.wire_free = self.wire_free.max(now as u128 * rate as u128);
+        }
     }
 
     /// A datagram of `len` bytes was written: the next one takes the next
@@ -1386,7 +1472,13 @@ impl Link {
             }
             return t;
         }
-        if let Some((due, _)) = self.in_flight.front() {
+        if let Some((due, item, before)) = self.in_flight.front() {
+            // A sync record waiting for flits goes with the last of them.
+            if !(matches!(item, Item::Sync(_)) && *before > self.rx_flits_taken) {
+                at(*due);
+            }
+        }
+        if let Some((due, _)) = self.flits_in_flight.front() {
             at(*due);
         }
         if self.alive {
@@ -1404,14 +1496,8 @@ impl Link {
                 match self.cfg.bandwidth_flits_per_s {
                     None => at(self.now),
                     Some(rate) => {
-                        let have = self.tokens_by(self.now, rate);
-                        let need = self.pace_batch() as u128 * NS_PER_S;
-                        if have >= need {
-                            at(self.now);
-                        } else {
-                            let wait = (need - have).div_ceil(rate as u128);
-                            at(self.now.saturating_add(wait as u64));
-                        }
+                        let start = self.front_start(rate).unwrap_or(0);
+                        at((start.div_ceil(rate as u128) as u64).max(self.now));
                     }
                 }
             }
@@ -1641,8 +1727,24 @@ mod tests {
         assert!(err < 0.01, "delivered {delivered} flits in 1 s at {rate}/s");
     }
 
+    /// Like [`saturate_round`], returning the flits delivered with their
+    /// release times.
+    fn saturate_round_at(now: u64, a: &mut Link, b: &mut Link, seq: &mut u32) -> Vec<(u64, u32)> {
+        while a.can_send(0) {
+            a.send_at(now, flit(0, *seq)).unwrap();
+            *seq += 1;
+        }
+        exchange(now, a, b, &mut pass);
+        let got: Vec<(u64, u32)> = std::iter::from_fn(|| b.poll_received_at())
+            .map(|(at, f)| (at, f.seq))
+            .collect();
+        b.release(0, got.len() as u16).unwrap();
+        exchange(now, a, b, &mut pass);
+        got
+    }
+
     #[test]
-    fn a_pacing_quantum_bundles_flits_at_the_same_rate() {
+    fn a_pacing_quantum_bundles_flits_without_changing_their_times() {
         let rate = 20_000u64;
         let run = |quantum_ns: u64| {
             let c = LinkConfig {
@@ -1650,86 +1752,142 @@ mod tests {
                 buffer_depth: 64,
                 bandwidth_flits_per_s: Some(rate),
                 pacing_quantum_ns: quantum_ns,
+                // The quantum needs the ends' shared clock.
+                count_transit: true,
+                propagation_ns: 3_000,
                 keepalive_interval_ns: 100_000_000,
                 dead_after_ns: 500_000_000,
                 ..cfg()
             };
             let (mut a, mut b) = connected(c);
-            let (mut now, mut seq, mut delivered) = (0, 0, 0u64);
-            let mut last_delivery = 0;
-            let mut longest_gap = 0;
+            let (mut now, mut seq) = (0, 0);
+            let mut released = Vec::new();
             while now < 1_000_000_000 {
-                let got = saturate_round(now, &mut a, &mut b, &mut seq);
-                if got > 0 {
-                    longest_gap = longest_gap.max(now - last_delivery);
-                    last_delivery = now;
-                }
-                delivered += got;
+                released.extend(saturate_round_at(now, &mut a, &mut b, &mut seq));
                 let next = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
                 now = next.max(now + 1);
             }
-            (delivered, a.stats().tx_datagrams, longest_gap)
+            (released, a.stats().tx_datagrams)
         };
-        let (plain, plain_datagrams, _) = run(0);
+        let (plain, plain_datagrams) = run(0);
         // 200 us at 20 000 flits/s: 4 flits per datagram.
-        let (bundled, bundled_datagrams, gap) = run(200_000);
-        for d in [plain, bundled] {
-            let err = (d as f64 - rate as f64).abs() / rate as f64;
-            assert!(err < 0.01, "delivered {d} flits in 1 s at {rate}/s");
-        }
+        let (bundled, bundled_datagrams) = run(200_000);
+        let err = (plain.len() as f64 - rate as f64).abs() / rate as f64;
+        assert!(
+            err < 0.01,
+            "delivered {} flits in 1 s at {rate}/s",
+            plain.len()
+        );
         assert!(plain_datagrams > 15_000, "{plain_datagrams}");
         assert!(
             bundled_datagrams < plain_datagrams / 3,
             "{bundled_datagrams} datagrams with a quantum, {plain_datagrams} without"
         );
-        // No flit waits more than a quantum beyond its token.
-        assert!(gap <= 200_000 + 1_000_000_000 / rate, "gap {gap} ns");
+        // Every flit is released at the same emulated time either way.
+        let n = plain.len().min(bundled.len());
+        assert!(n + 8 >= plain.len());
+        assert_eq!(plain[..n], bundled[..n]);
     }
 
     #[test]
-    fn a_late_owner_makes_up_a_backlogged_links_capacity_but_not_an_idle_ones() {
-        // The owner polls every 10 ms instead of when `poll_timeout` asks
-        // (a descheduled daemon). Credits never limit: 1 024-flit buffers.
-        let rate = 20_000u64;
-        let c = |catch_up_ns: u64| LinkConfig {
+    fn flits_serialise_one_flit_time_apart_even_after_idle_time() {
+        let rate = 1_000_000u64; // 1 us per flit
+        let c = |count_transit: bool| LinkConfig {
             vcs: 1,
-            buffer_depth: 1024,
+            buffer_depth: 64,
             bandwidth_flits_per_s: Some(rate),
-            catch_up_ns,
+            propagation_ns: 500,
+            count_transit,
             keepalive_interval_ns: 100_000_000,
             dead_after_ns: 5_000_000_000,
             ..cfg()
         };
-        let late_owner = |catch_up_ns: u64| {
-            let (mut a, mut b) = connected(c(catch_up_ns));
-            let (mut seq, mut delivered) = (0, 0u64);
-            for tick in 1..=100u64 {
-                delivered += saturate_round(tick * 10_000_000, &mut a, &mut b, &mut seq);
+        for count_transit in [false, true] {
+            // A second of idle time earns nothing: 40 flits queued at once
+            // start 1 us apart and are released at start + 1 us + 0.5 us.
+            let (mut a, mut b) = connected(c(count_transit));
+            let t0 = 1_000_000_000;
+            for seq in 0..40 {
+                a.send_at(t0, flit(0, seq)).unwrap();
             }
-            delivered
-        };
-        // One second: the wire carries `rate` flits when the link makes up
-        // what its owner's lateness cost, 16 per wake-up when it cannot.
-        let caught_up = late_owner(20_000_000);
-        let err = (caught_up as f64 - rate as f64).abs() / rate as f64;
-        assert!(err < 0.01, "{caught_up} flits in 1 s at {rate}/s");
-        let plain = late_owner(0);
-        assert!(plain <= 100 * 16 + 16, "{plain} flits without catch-up");
-
-        // An idle link earns no more than the burst, however long it idles
-        // and however large the catch-up allowance: 1 s idle, then 100
-        // flits queued leave 16 at once and the rest at the link rate.
-        let (mut a, mut b) = connected(c(1_000_000_000));
-        for seq in 0..100 {
-            a.send(flit(0, seq)).unwrap();
+            let mut now = t0;
+            let mut got = Vec::new();
+            while got.len() < 40 {
+                exchange(now, &mut a, &mut b, &mut pass);
+                got.extend(std::iter::from_fn(|| b.poll_received_at()).map(|(at, f)| (at, f.seq)));
+                now = a.poll_timeout().unwrap().min(b.poll_timeout().unwrap());
+            }
+            let want: Vec<(u64, u32)> = (0..40u32)
+                .map(|k| (t0 + (k as u64 + 1) * 1_000 + 500, k))
+                .collect();
+            assert_eq!(got, want, "count_transit {count_transit}");
+            assert_eq!(a.stats().tx_datagrams, b.stats().rx_datagrams);
         }
-        let now = 1_000_000_000;
-        exchange(now, &mut a, &mut b, &mut pass);
-        assert_eq!(drain(&mut b).len(), TOKEN_BURST_FLITS as usize);
-        // 1 ms later: 20 more tokens, no catch-up beyond them although
-        // flits waited all along (the owner was on time).
-        exchange(now + 1_000_000, &mut a, &mut b, &mut pass);
-        assert_eq!(drain(&mut b).len(), 20);
+    }
+
+    #[test]
+    fn a_late_owner_keeps_the_emulated_pace_and_gains_no_burst() {
+        // The owner polls every 10 ms instead of when `poll_timeout` asks
+        // (a descheduled daemon). Credits never limit: 1 024-flit buffers.
+        let rate = 20_000u64; // 50 us per flit
+        let c = LinkConfig {
+            vcs: 1,
+            buffer_depth: 1024,
+            bandwidth_flits_per_s: Some(rate),
+            count_transit: true,
+            keepalive_interval_ns: 100_000_000,
+            dead_after_ns: 5_000_000_000,
+            ..cfg()
+        };
+        let (mut a, mut b) = connected(c.clone());
+        let mut seq = 0;
+        let mut released = Vec::new();
+        for tick in 1..=100u64 {
+            released.extend(saturate_round_at(
+                tick * 10_000_000,
+                &mut a,
+                &mut b,
+                &mut seq,
+            ));
+        }
+        // What the wire sent while the owner slept leaves in one burst, but
+        // no capacity is lost (each flit carries its emulated start, below):
+        // from the first flit queued at 10 ms, the wire carried `rate`
+        // flits a second.
+        let want = rate as f64 * 0.99;
+        let err = (released.len() as f64 - want).abs() / want;
+        assert!(
+            err < 0.002,
+            "{} flits in 0.99 s at {rate}/s",
+            released.len()
+        );
+
+        // The emulated departures themselves: the stamps of what left.
+        let (mut a, mut b) = connected(c);
+        for seq in 0..100 {
+            a.send_at(1_000_000_000, flit(0, seq)).unwrap();
+        }
+        // The owner comes back 1 ms late: 20 flits started meanwhile.
+        let mut buf = Vec::new();
+        let now = 1_001_000_000;
+        assert!(a.poll_transmit(now, &mut buf));
+        let frame = wire::decode(&buf).unwrap();
+        let flits = frame
+            .items
+            .iter()
+            .filter(|i| matches!(i, Item::Flit(_)))
+            .count();
+        assert_eq!(flits, 21, "flits started in [t, t + 1 ms]");
+        assert_eq!(Extensions::of(&frame.items).departure, Some(1_000_000_000));
+        b.handle_datagram_slice(now, &buf).unwrap();
+        let got: Vec<u64> = std::iter::from_fn(|| b.poll_received_at())
+            .map(|(at, _)| at)
+            .collect();
+        // Released at once: their emulated arrival is already past.
+        assert_eq!(got.len(), 20);
+        assert!(got.iter().all(|&at| at == now));
+        assert!(!a.poll_transmit(now, &mut buf), "nothing more is due");
+        assert_eq!(a.poll_timeout(), Some(now + 50_000));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::host::endpoint::{self, HostConfig, HostEndpoint};
 use crate::link;
 use crate::node::Node;
 use crate::routing::{Lft, RoutingTables, SwitchTable};
-use crate::switch::{Switch, SwitchConfig, Switching};
+use crate::switch::{Switch, SwitchConfig, SwitchTiming, Switching};
 use crate::topology::{FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use bytes::Bytes;
 use std::cmp::Reverse;
@@ -101,6 +101,9 @@ pub struct Fabric<S: Node> {
     corrupt_left: std::collections::BTreeMap<PortRef, u32>,
     /// Datagrams damaged so far.
     pub corrupted: u64,
+    /// When set, every datagram sent is recorded here: (time, sending
+    /// port, bytes), for tests that check what went on the wire.
+    pub wire_log: Option<Vec<(u64, PortRef, Bytes)>>,
 }
 
 impl<S: Node> Fabric<S> {
@@ -122,6 +125,7 @@ impl<S: Node> Fabric<S> {
             events: 0,
             corrupt_left: Default::default(),
             corrupted: 0,
+            wire_log: None,
         }
     }
 
@@ -180,6 +184,9 @@ impl<S: Node> Fabric<S> {
                 Some(to) => {
                     let node = self.index(to.node);
                     let data = Bytes::copy_from_slice(&buf);
+                    if let Some(log) = self.wire_log.as_mut() {
+                        log.push((now, from, data.clone()));
+                    }
                     self.sched.push(
                         now + self.wire_ns,
                         EventKind::Arrive {
@@ -362,6 +369,10 @@ pub fn shortest_path_lfts_avoiding(topo: &Topology, faults: &FaultSet) -> Routin
 pub struct SimConfig {
     pub host: HostConfig,
     pub switching: Switching,
+    /// Switches' traversal latency and crossbar speedup.
+    pub switch_timing: SwitchTiming,
+    /// Time a datagram spends between two nodes, on top of the links'
+    /// `propagation_ns` (the simulator's links do not count transit time).
     pub wire_ns: u64,
 }
 
@@ -429,6 +440,7 @@ pub fn fresh_switch(
         switching: cfg.switching,
         link: link.clone(),
         max_packet_flits: cfg.host.source.max_packet_flits.min(u16::MAX as u32) as u16,
+        timing: cfg.switch_timing,
     };
     let mut sw =
         Switch::with_epoch(sc, epoch).map_err(|source| SimError::Switch { switch: s, source })?;
@@ -614,6 +626,7 @@ mod tests {
         let cfg = SimConfig {
             host,
             switching: Switching::Wormhole,
+            switch_timing: SwitchTiming::default(),
             wire_ns: 1_000,
         };
         let name = topo.name.clone();
@@ -727,6 +740,7 @@ mod tests {
         let cfg = SimConfig {
             host,
             switching: Switching::Wormhole,
+            switch_timing: SwitchTiming::default(),
             wire_ns: 1_000,
         };
         let dead = PortRef::switch(0, direct_port(0, true));
@@ -913,6 +927,7 @@ mod tests {
         let cfg = SimConfig {
             host,
             switching: Switching::VirtualCutThrough,
+            switch_timing: SwitchTiming::default(),
             wire_ns: 1_000,
         };
         let mut f = build_fabric(topo, &tables, &cfg).unwrap();

@@ -26,7 +26,7 @@ use crate::link::LinkConfig;
 use crate::mechanism::hoq::default_head_of_queue_lifetime_ns;
 use crate::routing::registry::engine;
 use crate::sim::{build_fabric, Fabric, SimConfig};
-use crate::switch::{Switch, Switching};
+use crate::switch::{Switch, SwitchTiming, Switching};
 use crate::topology::generators::mesh_or_torus;
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -193,6 +193,7 @@ fn run(case: &Case) -> Outcome {
     let cfg = SimConfig {
         host: host_cfg(case),
         switching: Switching::Wormhole,
+        switch_timing: SwitchTiming::default(),
         wire_ns: 100,
     };
     let mut f = build_fabric(topo.clone(), &tables, &cfg).unwrap();

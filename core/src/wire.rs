@@ -96,6 +96,21 @@ pub const SENT_AT_ITEM_LEN: usize = 4 + 8;
 /// its next keepalive.
 pub const EXT_SYNC_REQUEST: u8 = 0x03;
 
+/// Extension code of a **departure** stamp (docs/wire.md,
+/// "Serialisation"): the emulated time, in ns of the sender's clock, at
+/// which the datagram's first flit started on the wire (u64 LE; longer
+/// bodies accepted, shorter ones ignored). The datagram's other flits
+/// followed it back to back, one flit time each. Every datagram carrying
+/// flits on a link with a bandwidth has one.
+pub const EXT_DEPARTURE: u8 = 0x04;
+/// Bytes of a departure extension item (tag, code, length, body).
+pub const DEPARTURE_ITEM_LEN: usize = 4 + 8;
+
+/// The departure stamp of an extension body; `None` if too short.
+pub fn decode_departure(body: &[u8]) -> Option<u64> {
+    decode_sent_at(body)
+}
+
 /// The sent-at stamp of an extension body; `None` if too short.
 pub fn decode_sent_at(body: &[u8]) -> Option<u64> {
     let b: [u8; 8] = body.get(..8)?.try_into().ok()?;
@@ -1100,6 +1115,10 @@ mod tests {
             }),
             1 => (any::<u8>(), proptest::collection::vec(any::<u8>(), 0..20))
                 .prop_map(|(code, b)| Item::Extension { code, body: Bytes::from(b) }),
+            1 => any::<u64>().prop_map(|ns| Item::Extension {
+                code: EXT_DEPARTURE,
+                body: Bytes::copy_from_slice(&ns.to_le_bytes()),
+            }),
         ]
     }
 
@@ -1141,6 +1160,40 @@ mod tests {
             prop_assert_eq!(peek_port(&out), Some(header.3));
             prop_assert_eq!(&decode(&out).unwrap(), &frame);
             prop_assert_eq!(decode_bytes(Bytes::from(out)).unwrap(), frame);
+        }
+    }
+
+    proptest! {
+        /// A departure stamp survives the trip: the extension item the
+        /// link writes decodes to the same time, whatever else rides in
+        /// the datagram, and takes `DEPARTURE_ITEM_LEN` bytes.
+        #[test]
+        fn departure_stamps_round_trip(
+            ns in any::<u64>(),
+            items in proptest::collection::vec(arb_item(), 0..6),
+            extra in proptest::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let mut out = Vec::new();
+            let mut w = FrameWriter::new(&mut out, Header::default());
+            w.push_extension(EXT_DEPARTURE, &ns.to_le_bytes());
+            let after_stamp = w.len();
+            for i in &items {
+                w.push(i);
+            }
+            w.finish();
+            prop_assert_eq!(after_stamp, HEADER_LEN + DEPARTURE_ITEM_LEN);
+            let frame = decode(&out).unwrap();
+            let stamp = frame.items.iter().find_map(|i| match i {
+                Item::Extension { code: EXT_DEPARTURE, body } => decode_departure(body),
+                _ => None,
+            });
+            prop_assert_eq!(stamp, Some(ns));
+            // Longer bodies are accepted (extra bytes ignored); shorter
+            // ones are no stamp.
+            let mut long = ns.to_le_bytes().to_vec();
+            long.extend_from_slice(&extra);
+            prop_assert_eq!(decode_departure(&long), Some(ns));
+            prop_assert_eq!(decode_departure(&long[..7]), None);
         }
     }
 

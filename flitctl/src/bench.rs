@@ -272,6 +272,8 @@ impl Bench {
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
             head_of_queue_lifetime_ns: None,
+            switch_latency: Default::default(),
+            crossbar_speedup: 1,
         }
     }
 
@@ -706,6 +708,8 @@ impl Bench {
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
             head_of_queue_lifetime_ns: None,
+            switch_latency: Default::default(),
+            crossbar_speedup: 1,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());

@@ -5,6 +5,7 @@ pub mod analyze_faults;
 pub mod bench;
 pub mod bench_baseline;
 pub mod bench_routes;
+pub mod bench_saturation;
 pub mod chaos;
 pub mod compose;
 pub mod controller;

@@ -82,6 +82,9 @@ enum BenchCommand {
     /// Route computation time: Dmodc, Dmodk and Ftree on PGFTs of growing
     /// size, against OpenSM's ftree on the same fabric where ibsim holds it.
     Routes(bench_routes::BenchRoutesArgs),
+    /// Accepted throughput and latency p50/p99 over offered load in the
+    /// simulator: 4-ary 2- and 3-tree (Dmodk), 4x4 mesh, uniform traffic.
+    Saturation(flitctl::bench_saturation::SaturationArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -132,6 +135,9 @@ fn main() -> ExitCode {
         Command::Analyze(cmd) => analyze::run(cmd),
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
         Command::Bench(BenchCommand::Routes(args)) => bench_routes::run_routes(args),
+        Command::Bench(BenchCommand::Saturation(args)) => {
+            flitctl::bench_saturation::run_saturation(args)
+        }
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),

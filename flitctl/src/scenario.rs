@@ -23,7 +23,7 @@
 use crate::mechanism::Mechanism as FabricMechanism;
 use crate::parse::parse_duration;
 use anyhow::{bail, Context, Result};
-use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
+use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::host::sbrp::RecoveryProtocol;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
@@ -299,6 +299,33 @@ pub struct FabricSection {
     /// waits this long for an output VC is discarded with its worm and,
     /// under SBRP, resent; docs/sbrp.md "Deadlock"). Absent or 0: off.
     pub hoq_lifetime: Option<Time>,
+    /// Switch traversal latency: flit times (`4ft`, the default) or a
+    /// duration (`250ns`); docs/performance.md, "The timing model".
+    pub switch_latency: ScenarioSwitchLatency,
+    /// Crossbar speedup (1 = none).
+    pub crossbar_speedup: u8,
+}
+
+/// `switch-latency:` as written (`4ft`, `250ns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScenarioSwitchLatency(pub SwitchLatency);
+
+impl<'de> Deserialize<'de> for ScenarioSwitchLatency {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(t) => t,
+        };
+        SwitchLatency::parse(&text)
+            .map(ScenarioSwitchLatency)
+            .map_err(|e| serde::de::Error::custom(e.0))
+    }
 }
 
 impl Default for FabricSection {
@@ -315,6 +342,8 @@ impl Default for FabricSection {
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
             reconfiguration: Default::default(),
             hoq_lifetime: None,
+            switch_latency: ScenarioSwitchLatency(SwitchLatency::DEFAULT),
+            crossbar_speedup: 1,
         }
     }
 }
@@ -340,6 +369,8 @@ impl FabricSection {
                 .hoq_lifetime
                 .map(|t| t.0.as_nanos() as u64)
                 .filter(|&ns| ns > 0),
+            switch_latency: self.switch_latency.0,
+            crossbar_speedup: self.crossbar_speedup,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::session::{Session, SessionOptions};
 use crate::traffic::TrafficArgs;
 use anyhow::{bail, Result};
 use clap::Args;
-use flitnet_core::control::{DataTransport, FabricParams, SwitchingMode};
+use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::dlr::DlrFaults;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
@@ -79,6 +79,19 @@ pub struct FabricArgs {
     /// network); `off`; or a duration (e.g. 400ms).
     #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
     pub hoq_lifetime: HoqLifetime,
+    /// Switch traversal latency (routing, allocation, crossbar): flit
+    /// times (`4ft`, the default: a four-stage router pipeline) or a
+    /// duration (`250ns`); docs/performance.md, "The timing model".
+    #[arg(long, default_value = "4ft", value_parser = parse_switch_latency)]
+    pub switch_latency: SwitchLatency,
+    /// Crossbar speedup: flits each switch input and output port moves per
+    /// flit time (1 = none).
+    #[arg(long, default_value_t = 1)]
+    pub crossbar_speedup: u8,
+}
+
+fn parse_switch_latency(s: &str) -> Result<SwitchLatency, String> {
+    SwitchLatency::parse(s).map_err(|e| e.0)
 }
 
 /// The shortest head-of-queue lifetime `--hoq-lifetime auto` gives real
@@ -163,6 +176,8 @@ impl FabricArgs {
                 HoqLifetime::Auto | HoqLifetime::Off => None,
                 HoqLifetime::Fixed(d) => Some(d.as_nanos() as u64),
             },
+            switch_latency: self.switch_latency,
+            crossbar_speedup: self.crossbar_speedup,
         }
     }
 

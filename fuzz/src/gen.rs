@@ -63,6 +63,11 @@ pub fn frame(rng: &mut impl Rng) -> Frame {
                 }
                 Item::Sync(s)
             }
+            3 if rng.gen_bool(0.25) => Item::Extension {
+                // A departure stamp (docs/wire.md, "Serialisation").
+                code: flitnet_core::wire::EXT_DEPARTURE,
+                body: Bytes::copy_from_slice(&rng.gen::<u64>().to_le_bytes()),
+            },
             3 => Item::Extension {
                 code: rng.gen_range(8..=255),
                 body: Bytes::from(

@@ -79,6 +79,10 @@ fn link_pair() -> (Link, Link) {
         vcs: 2,
         buffer_depth: 8,
         retrain_ns: 1_000_000,
+        // Paced, so that every data datagram carries a departure stamp
+        // and the receiver schedules each flit by it.
+        bandwidth_flits_per_s: Some(100_000),
+        propagation_ns: 2_000,
         ..LinkConfig::default()
     };
     (

@@ -25,11 +25,10 @@ pub trait Daemon: Node {
 
 /// How the daemons drive their links: the processes share the machine's
 /// monotonic clock (docs/wire.md, "Propagation delay"), and their loop
-/// paces and catches up as [`PACING_QUANTUM_NS`] and [`CATCH_UP_NS`] say.
+/// batches flits as [`PACING_QUANTUM_NS`] says.
 pub const LINK_DRIVER: flitnet_core::control::LinkDriver = flitnet_core::control::LinkDriver {
     count_transit: true,
     pacing_quantum_ns: PACING_QUANTUM_NS,
-    catch_up_ns: CATCH_UP_NS,
 };
 
 /// How often counters are copied into the metrics registry.
@@ -44,16 +43,11 @@ const SPIN_NS: u64 = 2_000;
 
 /// Pacing quantum the daemons give their links
 /// (`LinkConfig::pacing_quantum_ns`): about the loop's wake-up lateness on a
-/// busy machine (docs/performance.md), so a paced link sends one datagram
-/// per quantum instead of one per token, at the same rate.
+/// busy machine (docs/performance.md), so a paced link writes what its
+/// wire starts within a quantum into one datagram instead of one datagram
+/// per flit; the receiver still releases each flit at its emulated time
+/// (docs/wire.md, "Serialisation").
 pub const PACING_QUANTUM_NS: u64 = 20_000;
-
-/// How much link capacity a backlogged paced link may make up after its
-/// daemon was late (`LinkConfig::catch_up_ns`): a daemon descheduled for up
-/// to this long on a busy machine still sends what its links carried
-/// meanwhile, so the emulated rate holds (docs/performance.md). What
-/// leaves at once is also bounded by the flits queued, i.e. by credits.
-pub const CATCH_UP_NS: u64 = 50_000_000;
 
 /// How late timers fire: the emulation's time dilation. A log2 histogram,
 /// so recording is a few instructions and never allocates.

@@ -2,4 +2,5 @@
 
 pub mod dlr_connectivity;
 pub mod intermediate;
+pub mod saturation;
 pub mod sbrp_ordering;

@@ -42,7 +42,7 @@ use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
 use crate::routing::RoutingTables;
 use crate::sim::{build_fabric, fresh_switch, Fabric, SimConfig};
-use crate::switch::{Switch, Switching};
+use crate::switch::{Switch, SwitchTiming, Switching};
 use crate::topology::generators::{hypercube, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 use rand::{Rng, SeedableRng};
@@ -519,6 +519,7 @@ fn one_run(
     let cfg = SimConfig {
         host: host_template(net, ml, plan.seed, plan.stop_ns),
         switching: Switching::Wormhole,
+        switch_timing: SwitchTiming::default(),
         // One more cycle per hop: the thesis's crossbar cycle (§3.6 #4).
         wire_ns: CYCLE_NS,
     };

@@ -15,7 +15,7 @@ use crate::link::LinkConfig;
 use crate::mechanism::dlr::{DlrConfig, DlrFaults, DlrSwitch, DlrVariant};
 use crate::sim::Fabric;
 use crate::sim::{build_fabric, shortest_path_lfts, shortest_path_lfts_avoiding, SimConfig};
-use crate::switch::{Switch, Switching};
+use crate::switch::{Switch, SwitchTiming, Switching};
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus};
 use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
 
@@ -185,6 +185,7 @@ fn run_faults_rounds(
     let cfg = SimConfig {
         host: host_cfg_rounds(flits, 7, rounds),
         switching: Switching::Wormhole,
+        switch_timing: SwitchTiming::default(),
         wire_ns: 100,
     };
     let n = topo.num_hosts() as u32;

@@ -47,6 +47,9 @@ pub struct Tracked {
 #[derive(Debug)]
 pub struct InputVc {
     pub buf: VecDeque<Flit>,
+    /// When each flit the link delivered arrived (the flits of `buf`
+    /// after a synthetic front one).
+    pub arrived: VecDeque<u64>,
     pub state: InState,
     depth: usize,
     /// The packet being forwarded (SBRP).
@@ -65,6 +68,7 @@ impl InputVc {
     pub fn new(depth: u16) -> Self {
         InputVc {
             buf: VecDeque::with_capacity(depth as usize),
+            arrived: VecDeque::with_capacity(depth as usize),
             state: InState::Idle,
             depth: depth as usize,
             track: None,
@@ -73,16 +77,26 @@ impl InputVc {
         }
     }
 
-    /// Stores a flit the link delivered. The link never delivers more than
-    /// `depth` unreleased flits, so this cannot overflow.
-    pub fn push(&mut self, f: Flit) {
+    /// Stores a flit the link delivered at `at`. The link never delivers
+    /// more than `depth` unreleased flits, so this cannot overflow.
+    pub fn push(&mut self, f: Flit, at: u64) {
         self.buf.push_back(f);
+        self.arrived.push_back(at);
         debug_assert!(
             self.buf.len() <= self.depth + usize::from(self.synthetic_tail),
             "input VC holds {} flits, depth {}",
             self.buf.len(),
             self.depth
         );
+    }
+
+    /// When the front flit arrived; `None` for one made by the switch
+    /// (ready at once) or an empty buffer.
+    pub fn front_arrival(&self) -> Option<u64> {
+        if self.synthetic_tail || self.buf.is_empty() {
+            return None;
+        }
+        self.arrived.front().copied()
     }
 
     pub fn len(&self) -> usize {

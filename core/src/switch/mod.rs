@@ -68,6 +68,9 @@ pub struct SwitchConfig {
     pub link: LinkConfig,
     /// Longest packet, in flits; VCT admission needs this much buffer.
     pub max_packet_flits: u16,
+    /// Traversal latency and crossbar speedup.
+    #[serde(default)]
+    pub timing: SwitchTiming,
 }
 
 impl Default for SwitchConfig {
@@ -79,6 +82,32 @@ impl Default for SwitchConfig {
             switching: Switching::Wormhole,
             link: LinkConfig::default(),
             max_packet_flits: 8,
+            timing: SwitchTiming::default(),
+        }
+    }
+}
+
+/// How fast a switch moves flits from its inputs to its outputs
+/// (docs/performance.md, "The timing model").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SwitchTiming {
+    /// Switch traversal latency (routing, VC and switch allocation,
+    /// crossbar): a flit may cross the crossbar no earlier than this long
+    /// after its link released it. 0 here; fabrics default to 4 flit
+    /// times ([`crate::control::FabricParams::switch_latency`]).
+    pub traversal_ns: u64,
+    /// Crossbar speedup: each input port and each output port moves at
+    /// most this many flits per flit time of its links (1 = one, as in an
+    /// input-queued router without speedup). Unpaced links: no limit.
+    pub crossbar_speedup: u8,
+}
+
+impl Default for SwitchTiming {
+    fn default() -> Self {
+        SwitchTiming {
+            traversal_ns: 0,
+            crossbar_speedup: 1,
         }
     }
 }
@@ -108,6 +137,9 @@ impl SwitchConfig {
         }
         if self.max_packet_flits == 0 {
             return Err(invalid("switch.max_packet_flits", 0, "must be positive"));
+        }
+        if self.timing.crossbar_speedup == 0 {
+            return Err(invalid("switch.crossbar_speedup", 0, "must be at least 1"));
         }
         if self.switching == Switching::VirtualCutThrough
             && self.max_packet_flits > self.buffer_depth
@@ -206,6 +238,16 @@ pub struct Switch {
     pub(crate) now: u64,
     /// The mechanisms' hooks, in registry order (see [`hook`]).
     hooks: Vec<Installed>,
+    /// Crossbar: per input port (the local input last) and per output
+    /// port, the earliest time it may move its next flit.
+    in_free_at: Vec<u64>,
+    out_free_at: Vec<u64>,
+    /// Time one crossbar port takes per flit: a flit time over the
+    /// speedup (0 on unpaced links).
+    xbar_step_ns: u64,
+    /// Earliest time a flit held back by the traversal latency or the
+    /// crossbar may move (found by the last allocation pass).
+    xbar_wake_at: Option<u64>,
 }
 
 impl Switch {
@@ -230,6 +272,10 @@ impl Switch {
             });
         }
         let vcs = cfg.vcs as usize;
+        let speedup = cfg.timing.crossbar_speedup.max(1) as u128;
+        let xbar_step_ns = link_cfg.bandwidth_flits_per_s.map_or(0, |rate| {
+            1_000_000_000u128.div_ceil(rate as u128 * speedup) as u64
+        });
         let port_counters = PortCounters {
             vcs: vec![VcCounters::default(); vcs],
             ..PortCounters::default()
@@ -259,6 +305,10 @@ impl Switch {
                 .into_iter()
                 .map(|(rank, hook)| Installed { rank, hook })
                 .collect(),
+            in_free_at: vec![0; cfg.radix + 1],
+            out_free_at: vec![0; cfg.radix],
+            xbar_step_ns,
+            xbar_wake_at: None,
             cfg,
         })
     }
@@ -484,6 +534,7 @@ impl Switch {
             .iter()
             .filter_map(|p| p.link.poll_timeout())
             .chain(self.hooks.iter().filter_map(|h| h.hook.poll_timeout()))
+            .chain(self.xbar_wake_at)
             .min()
     }
 
@@ -521,13 +572,13 @@ impl Switch {
             self.count_drop(p, 0, DropReason::BadVc, n, 0);
         }
         let vcs = self.cfg.vcs as usize;
-        while let Some(f) = self.ports[p].link.poll_received() {
+        while let Some((at, f)) = self.ports[p].link.poll_received_at() {
             let vc = f.vc as usize;
             let c = &mut self.counters.ports[p].vcs[vc];
             c.rx_flits += 1;
             c.rx_payload_bytes += f.payload.len() as u64;
             let ivc = &mut self.inputs[p * vcs + vc];
-            ivc.push(f);
+            ivc.push(f, at);
             c.occupancy = ivc.len() as u32;
             c.max_occupancy = c.max_occupancy.max(c.occupancy);
         }
@@ -613,6 +664,7 @@ impl Switch {
             self.inputs[i].synthetic_tail = false;
             return Some(f);
         }
+        self.inputs[i].arrived.pop_front();
         if p >= self.ports.len() {
             return Some(f);
         }
@@ -933,6 +985,7 @@ impl Switch {
         for h in self.hooks.iter_mut() {
             h.hook.begin_pass();
         }
+        self.xbar_wake_at = None;
         loop {
             scan_all |= self.feed_local_input();
             next.clear();
@@ -997,7 +1050,22 @@ impl Switch {
             }
             return;
         }
+        // The traversal latency: a flit is routed and allocated no
+        // earlier than that long after it arrived.
+        if let Some(at) = self.inputs[i].front_arrival() {
+            let ready = at.saturating_add(self.cfg.timing.traversal_ns);
+            if ready > self.now {
+                self.wake_xbar_at(ready);
+                return;
+            }
+        }
         if let Some((out, out_vc)) = self.resolve_front(i) {
+            // The crossbar: the input and the output port must be free.
+            let free = self.in_free_at[i / vcs].max(self.out_free_at[out]);
+            if free > self.now {
+                self.wake_xbar_at(free);
+                return;
+            }
             if self.ports[out].link.credits(out_vc) > 0 {
                 self.alloc.request(out as u16, i as u32);
                 requested.push(i as u32);
@@ -1005,6 +1073,11 @@ impl Switch {
                 self.ports[out].link.note_stalled(out_vc);
             }
         }
+    }
+
+    /// Notes that a flit held back by timing may move at `at`.
+    fn wake_xbar_at(&mut self, at: u64) {
+        self.xbar_wake_at = Some(self.xbar_wake_at.map_or(at, |w| w.min(at)));
     }
 
     /// Moves the front flit of input VC `i` into output port `out`;
@@ -1037,7 +1110,12 @@ impl Switch {
         };
         f.vc = out_vc;
         let bytes = f.payload.len() as u64;
-        match self.ports[out].link.send(f) {
+        let vcs = self.cfg.vcs as usize;
+        let now = self.now;
+        for free in [&mut self.in_free_at[i / vcs], &mut self.out_free_at[out]] {
+            *free = (*free).max(now) + self.xbar_step_ns;
+        }
+        match self.ports[out].link.send_at(now, f) {
             Ok(()) => {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;

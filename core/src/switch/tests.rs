@@ -47,6 +47,7 @@ pub(crate) fn sw_cfg(radix: usize, vcs: u8, switching: Switching) -> SwitchConfi
         switching,
         link: link_cfg(),
         max_packet_flits: 4,
+        timing: Default::default(),
     }
 }
 
