@@ -271,6 +271,7 @@ impl Bench {
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
             head_of_queue_lifetime_ns: None,
+            time_dilation: 1,
         }
     }
 
@@ -705,6 +706,7 @@ impl Bench {
             transport: Default::default(),
             link_retrain_ns: flitnet_core::link::DEFAULT_RETRAIN_NS,
             head_of_queue_lifetime_ns: None,
+            time_dilation: 1,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());
