@@ -11,6 +11,7 @@ pub mod controller;
 pub mod ctl_metrics;
 pub mod events;
 pub mod fabric;
+pub mod fidelity;
 pub mod ibsim;
 pub mod interrupt;
 pub mod netns;

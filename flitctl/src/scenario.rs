@@ -335,6 +335,35 @@ pub struct FabricSection {
     /// waits this long for an output VC is discarded with its worm and,
     /// under SBRP, resent; docs/sbrp.md "Deadlock"). Absent or 0: off.
     pub head_of_queue_lifetime: Option<Time>,
+    /// Time dilation: a whole factor, or `auto` (the default) to calibrate
+    /// on this machine (docs/fidelity.md).
+    pub time_dilation: DilationKey,
+}
+
+/// `time_dilation:` in a scenario: `auto` or a whole factor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DilationKey(pub flitnet_runtime::clock::Dilation);
+
+impl Default for DilationKey {
+    fn default() -> Self {
+        DilationKey(flitnet_runtime::clock::Dilation::Auto)
+    }
+}
+
+impl<'de> Deserialize<'de> for DilationKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        };
+        text.parse().map(DilationKey).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for FabricSection {
@@ -351,6 +380,7 @@ impl Default for FabricSection {
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
             reconfiguration: Default::default(),
             head_of_queue_lifetime: None,
+            time_dilation: DilationKey::default(),
         }
     }
 }
@@ -376,6 +406,8 @@ impl FabricSection {
                 .head_of_queue_lifetime
                 .map(|t| t.0.as_nanos() as u64)
                 .filter(|&ns| ns > 0),
+            // Resolved by `chaos` (`auto` calibrates first).
+            time_dilation: 1,
         }
     }
 }
