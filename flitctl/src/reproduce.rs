@@ -1257,6 +1257,12 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
     argv.push(run_dir.display().to_string());
     argv.push("--progress".into());
     argv.push("never".into());
+    // The orderings documented in docs/reproduction.md were measured
+    // undilated; a command line may ask for a factor.
+    if !argv.iter().any(|a| a == "--time-dilation") {
+        argv.push("--time-dilation".into());
+        argv.push("1".into());
+    }
     let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(&argv)
         .map_err(|e| anyhow::anyhow!("{cmd}: {e}"))?
         .up;
