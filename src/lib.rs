@@ -74,8 +74,7 @@ pub fn topology(name: &str) -> PathBuf {
 /// stay bounded (`auto`, the users' default, is tested in tests/fidelity.rs).
 pub fn flitctl(args: &[&str]) -> Result<Output> {
     let mut args = args.to_vec();
-    if matches!(args.first(), Some(&"up") | Some(&"chaos")) && !args.contains(&"--time-dilation")
-    {
+    if matches!(args.first(), Some(&"up") | Some(&"chaos")) && !args.contains(&"--time-dilation") {
         args.extend(["--time-dilation", "1"]);
     }
     Command::new(bin("flitctl"))

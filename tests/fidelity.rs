@@ -10,19 +10,11 @@ use std::sync::Mutex;
 
 static FABRIC: Mutex<()> = Mutex::new(());
 
-/// 4 hosts offering 90 % of 1,000,000 flits/s each: a flit time is 1 µs,
-/// far below how late a sleeping daemon wakes up, and some 13 million flit
-/// handlings a second, past any two cores.
-const OVERLOAD: [&str; 8] = [
-    "--bandwidth",
-    "1000000",
-    "--load",
-    "0.9",
-    "--duration",
-    "100ms",
-    "--delay",
-    "1us",
-];
+/// 4 hosts offering half of 200,000 flits/s each: some 1.5 million flit
+/// handlings a second (a flit crosses 1.7 switches on average), several
+/// times what two cores do, and a flit time of 5 µs, shorter than a busy
+/// machine's wake-ups.
+const OVERLOAD: [&str; 6] = ["--load", "0.5", "--duration", "200ms", "--delay", "1us"];
 
 fn up(name: &str, args: &[&str]) -> Value {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
@@ -58,8 +50,16 @@ fn an_overloaded_fabric_is_not_faithful_at_dilation_1() {
     let suggested = r["fidelity"]["suggested_dilation"].as_u64().unwrap();
     assert!(suggested > 1, "{r:#}");
     // The figures behind it are in the report.
-    assert!(r["fidelity"]["lateness"]["p99_flit_times"].as_f64().unwrap() > 4.0);
-    assert!(r["fidelity"]["offered_flits_per_s"].as_f64().unwrap() > 3.5e6);
+    assert!(
+        r["fidelity"]["lateness"]["p99_flit_times"]
+            .as_f64()
+            .unwrap()
+            > 16.0
+    );
+    assert_eq!(
+        r["fidelity"]["offered_flits_per_s"].as_f64().unwrap(),
+        400_000.0
+    );
 }
 
 #[test]
@@ -91,7 +91,10 @@ fn the_overloaded_fabric_under_auto_dilation_is_faithful() {
     let r = up("overload-auto", &args);
     let (verdict, n, why) = fidelity(&r);
     assert_eq!(verdict, "faithful", "×{n}: {why}");
-    assert!(n > 1, "auto kept dilation 1 for an overloaded fabric: {why}");
+    assert!(
+        n > 1,
+        "auto kept dilation 1 for an overloaded fabric: {why}"
+    );
     assert!(
         r["fidelity"]["dilation_source"]
             .as_str()
@@ -99,7 +102,7 @@ fn the_overloaded_fabric_under_auto_dilation_is_faithful() {
             .starts_with("auto"),
         "{r:#}"
     );
-    // Emulated time: the traffic phase is 100 ms whatever the factor.
-    assert_eq!(r["duration_s"].as_f64().unwrap(), 0.1);
+    // Emulated time: the traffic phase is 200 ms whatever the factor.
+    assert_eq!(r["duration_s"].as_f64().unwrap(), 0.2);
     assert!(r["totals"]["messages_delivered"].as_u64().unwrap() > 0);
 }

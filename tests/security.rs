@@ -182,7 +182,7 @@ fn a_symlink_planted_by_another_user_is_never_followed() {
         let run_dir = tmp.join(dir);
         let out = flitctl_in(&tmp)
             .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
-        .args(["--time-dilation", "1"])
+            .args(["--time-dilation", "1"])
             .args(["--duration", "500ms", "--run-dir"])
             .arg(&run_dir)
             .output()
@@ -247,7 +247,7 @@ fn another_user_cannot_command_the_fabric_bounded_input_and_signals_mid_run() {
         let run_dir = tmp.join("run");
         let mut up = flitctl_in(&tmp)
             .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
-        .args(["--time-dilation", "1"])
+            .args(["--time-dilation", "1"])
             .args(["--duration", "60s", "--load", "0.1", "--run-dir"])
             .arg(&run_dir)
             .stdout(Stdio::piped())

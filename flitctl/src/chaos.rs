@@ -23,6 +23,7 @@ use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
 use flitnet_core::switch::DropReason;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::clock::{emulated, wall};
 use flitnet_runtime::control::ControlClient;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +32,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use flitnet_runtime::clock::{emulated, wall};
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]

@@ -11,8 +11,8 @@ use crate::fabric::{Fabric, Reconfiguration};
 use crate::up::{compute_routes, IntermediateSetup};
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
-use std::collections::BTreeSet;
 use flitnet_runtime::clock::emulated;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// Quiet time after the last port event before the controller recomputes:

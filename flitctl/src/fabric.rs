@@ -832,7 +832,8 @@ impl Fabric {
                 lowest = left;
                 fell_at = now;
             }
-            let stalled = now.duration_since(fell_at) >= flitnet_runtime::clock::wall(QUIESCE_STALL);
+            let stalled =
+                now.duration_since(fell_at) >= flitnet_runtime::clock::wall(QUIESCE_STALL);
             if now >= deadline || (left > 0 && stalled) {
                 return Ok(Some(left));
             }

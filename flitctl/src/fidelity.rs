@@ -346,7 +346,9 @@ fn decide(f: &mut Fidelity) {
             .filter(|x| x.0 != Verdict::Faithful)
             .map(|x| x.2)
             .fold(1.0f64, f64::max);
-        let n = (f.dilation as f64 * need).ceil().max(f.dilation as f64 + 1.0) as u32;
+        let n = (f.dilation as f64 * need)
+            .ceil()
+            .max(f.dilation as f64 + 1.0) as u32;
         f.suggested_dilation = Some(n.next_power_of_two().min(MAX_SUGGESTED));
     }
 }
@@ -732,14 +734,22 @@ mod tests {
         let f = judge_one(host_with(2_000, 160_000, 0.01, None));
         assert_eq!(f.verdict, Some(Verdict::Degraded), "{}", f.line());
         assert_eq!(f.suggested_dilation, Some(2));
-        assert!(f.line().starts_with("degraded: timers p99 late 160 us"), "{}", f.line());
+        assert!(
+            f.line().starts_with("degraded: timers p99 late 160 us"),
+            "{}",
+            f.line()
+        );
         // Waiting alone does not judge a run whose timers are on time...
         let f = judge_one(host_with(1_000, 5_000, 0.5, None));
         assert_eq!(f.verdict, Some(Verdict::Faithful), "{}", f.line());
         // ...but is named beside late ones.
         let f = judge_one(host_with(10_000, 5_000, 0.5, None));
         assert_eq!(f.verdict, Some(Verdict::Degraded), "{}", f.line());
-        assert!(f.line().contains("h0 waited for a CPU 50 %"), "{}", f.line());
+        assert!(
+            f.line().contains("h0 waited for a CPU 50 %"),
+            "{}",
+            f.line()
+        );
     }
 
     #[test]

@@ -164,10 +164,12 @@ fn drain_for(
         let settled = drained
             && released
             && (delivered >= sent
-                || stable_since.elapsed() > flitnet_runtime::clock::wall(Duration::from_millis(500)));
+                || stable_since.elapsed()
+                    > flitnet_runtime::clock::wall(Duration::from_millis(500)));
         let quiet = stable_since.elapsed();
-        let stalled = (!drained && quiet >= flitnet_runtime::clock::wall(crate::stall::STALL_QUIET))
-            .then_some(flitnet_runtime::clock::emulated(quiet));
+        let stalled = (!drained
+            && quiet >= flitnet_runtime::clock::wall(crate::stall::STALL_QUIET))
+        .then_some(flitnet_runtime::clock::emulated(quiet));
         if stalled.is_some() && stop_on_stall {
             return Ok(Drained {
                 reports,

@@ -362,7 +362,9 @@ impl<'de> Deserialize<'de> for DilationKey {
             Raw::N(n) => n.to_string(),
             Raw::S(s) => s,
         };
-        text.parse().map(DilationKey).map_err(serde::de::Error::custom)
+        text.parse()
+            .map(DilationKey)
+            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -20,9 +20,9 @@ use flitnet_core::routing::adaptive::{escape_vcs_per_leg, leg_tables_ordered, Es
 use flitnet_core::routing::{registry, RoutingTables};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::clock::wall;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use flitnet_runtime::clock::wall;
 use std::time::{Duration, Instant};
 
 /// Options shared by every command that runs traffic on a fabric.
@@ -1150,9 +1150,8 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             // them time to, then count drops from here on.
             let left = wall(args.traffic.duration).saturating_sub(traffic_start.elapsed());
             ctl.serve_until_rerouted(Instant::now() + left / 2);
-            let settle = wall(SWITCHOVER_SETTLE).min(
-                wall(args.traffic.duration).saturating_sub(traffic_start.elapsed()) / 2,
-            );
+            let settle = wall(SWITCHOVER_SETTLE)
+                .min(wall(args.traffic.duration).saturating_sub(traffic_start.elapsed()) / 2);
             ctl.serve_until(Instant::now() + settle);
             drops_at_switchover = Some(total_switch_drops(&ctl.fabric)?);
         }
@@ -1161,8 +1160,11 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             let started_ns = now_ns();
             // The initial tables (the controller does not re-route in
             // this mode).
-            ctl.fabric
-                .restart_switch(s, &tables, Duration::from_secs(10) + wall(Duration::from_nanos(params.dead_after_ns)))?;
+            ctl.fabric.restart_switch(
+                s,
+                &tables,
+                Duration::from_secs(10) + wall(Duration::from_nanos(params.dead_after_ns)),
+            )?;
             if args.notify_neighbours {
                 for live in neighbour_ports(&topo, s) {
                     ctl.fabric.set_port(live, true)?;
