@@ -397,12 +397,13 @@ fn publish_loop_metrics<N: Daemon + ?Sized>(
     sched_start: Option<&SchedShare>,
 ) {
     let (kind, name) = node.metric_label();
-    for (q, ns) in [
-        ("0.5", lateness.quantile_ns(0.5)),
-        ("0.99", lateness.quantile_ns(0.99)),
-        ("1", lateness.max_ns),
+    // `stat`, not `quantile`: that label belongs to summaries.
+    for (stat, ns) in [
+        ("p50", lateness.quantile_ns(0.5)),
+        ("p99", lateness.quantile_ns(0.99)),
+        ("max", lateness.max_ns),
     ] {
-        metrics::gauge!("flitnet_timer_lateness_seconds", kind => name.clone(), "quantile" => q)
+        metrics::gauge!("flitnet_timer_lateness_seconds", kind => name.clone(), "stat" => stat)
             .set(ns as f64 / 1e9);
     }
     if let (Some(a), Some(b)) = (sched_start, read_schedstat()) {
