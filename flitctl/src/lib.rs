@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod analyze_faults;
 pub mod bench;
 pub mod bench_baseline;
+pub mod bench_fidelity;
 pub mod bench_routes;
 pub mod chaos;
 pub mod compose;

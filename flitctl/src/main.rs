@@ -84,6 +84,10 @@ enum BenchCommand {
     /// Route computation time: Dmodc, Dmodk and Ftree on PGFTs of growing
     /// size, against OpenSM's ftree on the same fabric where ibsim holds it.
     Routes(bench_routes::BenchRoutesArgs),
+    /// Live against simulated: the same fabric, traffic and seed run by the
+    /// daemons and by the simulator; accepted throughput and latency with
+    /// ratios, and the live run's fidelity verdict and dilation.
+    Fidelity(flitctl::bench_fidelity::BenchFidelityArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         Command::Analyze(cmd) => analyze::run(cmd),
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
         Command::Bench(BenchCommand::Routes(args)) => bench_routes::run_routes(args),
+        Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::AnalyzeFaults(args) => analyze_faults::run(args),
         Command::Reproduce(args) => reproduce::run(args),

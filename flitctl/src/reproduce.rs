@@ -1511,6 +1511,15 @@ const LOCAL_LOAD: &str = "0.15";
 /// [`LOCAL_LOAD`] of `--quick` (one run per cell; see `seed003`).
 const QUICK_LOCAL_LOAD: &str = "0.4";
 
+/// `flitctl up`'s arguments from `argv` (`flitctl up …`), parsed as on
+/// the command line.
+pub fn parse_up(argv: &[String]) -> Result<crate::up::UpArgs> {
+    let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", argv.join(" ")))?
+        .up;
+    Ok(up)
+}
+
 /// `flitctl up`'s arguments, parsed as on the command line.
 #[derive(clap::Parser)]
 struct UpCli {
