@@ -106,3 +106,32 @@ fn the_overloaded_fabric_under_auto_dilation_is_faithful() {
     assert_eq!(r["duration_s"].as_f64().unwrap(), 0.2);
     assert!(r["totals"]["messages_delivered"].as_u64().unwrap() > 0);
 }
+
+/// `flitctl bench fidelity --quick`: one row, live and simulated, with its
+/// ratios, verdict and dilation.
+#[test]
+fn the_fidelity_bench_prints_live_against_simulated() {
+    let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
+    let rows = flitnet::flitctl_json(&[
+        "bench",
+        "fidelity",
+        "--quick",
+        "--duration",
+        "100ms",
+        "--time-dilation",
+        "auto",
+    ])
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let r = &rows[0];
+    assert_eq!(r["fabric"], "4-ary 2-tree");
+    for key in ["sim_accepted", "live_accepted", "sim_p50_us", "live_p50_us"] {
+        assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r:#}");
+    }
+    // Offered 0.1 of 200,000 flits/s by 16 hosts: both carry about that.
+    let sim = r["sim_accepted"].as_f64().unwrap();
+    assert!((250_000.0..=400_000.0).contains(&sim), "{r:#}");
+    assert!(r["dilation"].as_u64().unwrap() >= 1);
+    assert!(r["verdict"].is_string());
+}

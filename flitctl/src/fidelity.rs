@@ -457,8 +457,10 @@ const DEBUG_FLIT_HANDLINGS_PER_CORE_S: f64 = 100_000.0;
 /// Share of the spare CPU `auto` plans to use: queues and bursts need
 /// headroom, and a daemon that waits for a CPU fires its timers late.
 pub const CPU_TARGET_SHARE: f64 = 0.5;
-/// Sleeps of the wake-up probe, and how long each asks for.
-const PROBE_SLEEPS: usize = 200;
+/// Sleeps of the wake-up probe, and how long each asks for: enough for
+/// the p99 to rest on ten samples and the probe to span several scheduler
+/// time slices of whatever else the machine runs (about 60 ms in all).
+const PROBE_SLEEPS: usize = 1000;
 const PROBE_SLEEP_NS: u64 = 50_000;
 
 /// What `--time-dilation auto` measured and chose.
@@ -574,7 +576,7 @@ pub fn mean_switch_hops(topo: &Topology) -> f64 {
 }
 
 /// How late a short sleep wakes up on this machine now: p50 and p99 over
-/// [`PROBE_SLEEPS`] sleeps of 50 µs, in wall ns (about 10 ms in all).
+/// [`PROBE_SLEEPS`] sleeps of 50 µs, in wall ns.
 pub fn probe_wake_up_ns() -> (u64, u64) {
     use flitnet_runtime::clock::wall_ns;
     let mut late: Vec<u64> = (0..PROBE_SLEEPS)
