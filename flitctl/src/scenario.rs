@@ -946,6 +946,22 @@ mod tests {
     }
 
     #[test]
+    fn time_dilation_is_auto_by_default_or_a_whole_factor() {
+        use flitnet_runtime::clock::Dilation;
+        let s = parse(HEAD).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Auto);
+        let s = parse(&format!("{HEAD}fabric: {{time_dilation: 8}}\n")).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Fixed(8));
+        let s = parse(&format!("{HEAD}fabric: {{time_dilation: auto}}\n")).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Auto);
+        let e = format!(
+            "{:#}",
+            parse(&format!("{HEAD}fabric: {{time_dilation: 0}}\n")).unwrap_err()
+        );
+        assert!(e.contains("time dilation `0` must be `auto` or a whole factor"), "{e}");
+    }
+
+    #[test]
     fn mistakes_are_named_with_file_line_and_entry() {
         let cases = [
             (
