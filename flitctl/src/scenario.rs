@@ -958,7 +958,10 @@ mod tests {
             "{:#}",
             parse(&format!("{HEAD}fabric: {{time_dilation: 0}}\n")).unwrap_err()
         );
-        assert!(e.contains("time dilation `0` must be `auto` or a whole factor"), "{e}");
+        assert!(
+            e.contains("time dilation `0` must be `auto` or a whole factor"),
+            "{e}"
+        );
     }
 
     #[test]
