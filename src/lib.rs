@@ -69,9 +69,16 @@ pub fn topology(name: &str) -> PathBuf {
 }
 
 /// Runs `flitctl` with `args`; returns its output whatever the exit code.
+/// `up` and `chaos` run at time dilation 1 unless the test says otherwise:
+/// the tests' timings were chosen for wall-clock speed, and CI time must
+/// stay bounded (`auto`, the users' default, is tested in tests/fidelity.rs).
 pub fn flitctl(args: &[&str]) -> Result<Output> {
+    let mut args = args.to_vec();
+    if matches!(args.first(), Some(&"up") | Some(&"chaos")) && !args.contains(&"--time-dilation") {
+        args.extend(["--time-dilation", "1"]);
+    }
     Command::new(bin("flitctl"))
-        .args(args)
+        .args(&args)
         .current_dir(workspace_dir())
         .output()
         .context("running flitctl")

@@ -235,6 +235,7 @@ fn prometheus_scrapes_the_fabric_and_every_dashboard_query_has_data() {
         up: Guard(
             Command::new(bin("flitctl"))
                 .args(["up", topo.to_str().unwrap(), "--metrics"])
+                .args(["--time-dilation", "1"])
                 .args(["--controller-metrics", &controller.to_string()])
                 .args(["--duration", "120s", "--load", "0.2"])
                 .args(["--kill-link", "s0-0:4", "--kill-at", "2s"])

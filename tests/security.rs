@@ -155,6 +155,7 @@ fn a_symlink_planted_by_another_user_is_never_followed() {
     // The default run directory: a fresh one, private, not a planted one.
     let out = flitctl_in(&tmp)
         .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
+        .args(["--time-dilation", "1"])
         .args(["--duration", "500ms", "--keep"])
         .output()
         .unwrap();
@@ -181,6 +182,7 @@ fn a_symlink_planted_by_another_user_is_never_followed() {
         let run_dir = tmp.join(dir);
         let out = flitctl_in(&tmp)
             .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
+            .args(["--time-dilation", "1"])
             .args(["--duration", "500ms", "--run-dir"])
             .arg(&run_dir)
             .output()
@@ -245,6 +247,7 @@ fn another_user_cannot_command_the_fabric_bounded_input_and_signals_mid_run() {
         let run_dir = tmp.join("run");
         let mut up = flitctl_in(&tmp)
             .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
+            .args(["--time-dilation", "1"])
             .args(["--duration", "60s", "--load", "0.1", "--run-dir"])
             .arg(&run_dir)
             .stdout(Stdio::piped())
@@ -360,6 +363,7 @@ fn signals_at_bring_up_leave_no_daemon() {
         let run_dir = tmp.join("run");
         let mut up = flitctl_in(&tmp)
             .args(["up", topology("kary-4-3.yaml").to_str().unwrap()])
+            .args(["--time-dilation", "1"])
             .args(["--duration", "30s", "--run-dir"])
             .arg(&run_dir)
             .stdout(Stdio::piped())
@@ -462,6 +466,7 @@ fn a_stopped_daemon_is_reported_stalled_and_the_report_still_printed() {
     let run_dir = tmp.join("run");
     let mut up = flitctl_in(&tmp)
         .args(["up", topology("kary-4-2.yaml").to_str().unwrap()])
+        .args(["--time-dilation", "1"])
         .args(["--duration", "2s", "--load", "0.1", "--run-dir"])
         .arg(&run_dir)
         .stdout(Stdio::piped())
@@ -522,6 +527,7 @@ fn bad_values_are_refused_before_anything_starts() {
             .arg("up")
             .arg(&topo)
             .args(&args)
+            .args(["--time-dilation", "1"])
             .output()
             .unwrap();
         let err = text(&out.stderr);
@@ -590,6 +596,8 @@ fn run_directories_are_cleaned_up_and_listed() {
             topology("kary-4-2.yaml").to_str().unwrap(),
             "--duration",
             "300ms",
+            "--time-dilation",
+            "1",
         ]);
         if keep {
             c.arg("--keep");

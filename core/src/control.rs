@@ -11,8 +11,8 @@ mod reply;
 
 pub use event::{open_event, seal_event, EventAuthError};
 pub use reply::{
-    HostDaemonReport, HostLinkReport, LinkState, LoopReport, NodeKind, Reply, SwitchReport,
-    TimerLateness, TransportCounters, UnexpectedReply,
+    HostDaemonReport, HostLinkReport, LinkState, LoopReport, NodeKind, PortBacklog, Reply,
+    SchedShare, SwitchReport, TimerLateness, TransportCounters, UnexpectedReply,
 };
 
 use crate::routing::{SwitchTable, VcPolicy};
@@ -122,6 +122,19 @@ pub struct FabricParams {
     /// time (1 by default).
     #[serde(default = "default_crossbar_speedup")]
     pub crossbar_speedup: u8,
+    /// Time dilation: every emulated duration lasts this many times longer
+    /// in wall time (the daemons' clock reads wall time / factor;
+    /// docs/fidelity.md). 1 (the default, left out of the file) = none.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub time_dilation: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn default_link_retrain_ns() -> u64 {
@@ -275,6 +288,12 @@ impl FabricParams {
                 "dead_after must be longer than the keepalive interval".into(),
             ));
         }
+        if f.time_dilation == 0 || f.time_dilation > MAX_TIME_DILATION {
+            return Err(ConfigError(format!(
+                "time_dilation = {} must be 1..={MAX_TIME_DILATION}",
+                f.time_dilation
+            )));
+        }
         if f.dead_after_ns > MAX_TIMER_NS {
             return Err(ConfigError(format!(
                 "dead_after {} ns is longer than {} s",
@@ -407,6 +426,7 @@ impl Default for FabricParams {
             head_of_queue_lifetime_ns: None,
             switch_latency: SwitchLatency::DEFAULT,
             crossbar_speedup: 1,
+            time_dilation: 1,
         }
     }
 }
@@ -734,6 +754,9 @@ pub mod limits {
     pub const MAX_FLIT_PAYLOAD: u16 = 1024;
     /// Longest packet, in flits.
     pub const MAX_PACKET_FLITS: u32 = 4096;
+    /// Time dilation factor (past this a second of emulated time lasts
+    /// over a quarter of an hour).
+    pub const MAX_TIME_DILATION: u32 = 1000;
     /// Longest message, in flits (a host builds each message in memory).
     pub const MAX_MESSAGE_FLITS: u32 = 1 << 20;
     /// Longest link propagation delay.

@@ -274,6 +274,7 @@ impl Bench {
             head_of_queue_lifetime_ns: None,
             switch_latency: Default::default(),
             crossbar_speedup: 1,
+            time_dilation: 1,
         }
     }
 
@@ -710,6 +711,7 @@ impl Bench {
             head_of_queue_lifetime_ns: None,
             switch_latency: Default::default(),
             crossbar_speedup: 1,
+            time_dilation: 1,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());

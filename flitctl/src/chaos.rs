@@ -22,6 +22,7 @@ use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
 use flitnet_core::switch::DropReason;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::clock::{emulated, wall};
 use flitnet_runtime::control::ControlClient;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,6 +52,11 @@ pub struct ChaosArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Time dilation, instead of the scenario's `time_dilation` (`auto` by
+    /// default): every emulated duration lasts N times longer in wall
+    /// time; `auto` calibrates on this machine (docs/fidelity.md).
+    #[arg(long, value_name = "N|auto")]
+    pub time_dilation: Option<flitnet_runtime::clock::Dilation>,
 }
 
 /// Throughput sampling period.
@@ -193,7 +199,7 @@ fn spawn_sampler(
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             let mut s = Sample {
-                t_s: start.elapsed().as_secs_f64(),
+                t_s: emulated(start.elapsed()).as_secs_f64(),
                 ..Sample::default()
             };
             let mut complete = true;
@@ -220,7 +226,7 @@ fn spawn_sampler(
             if complete {
                 out.lock().expect("samples poisoned").push(s);
             }
-            next += SAMPLE_PERIOD;
+            next += wall(SAMPLE_PERIOD);
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
     })
@@ -597,7 +603,10 @@ fn cut_off_hosts<'a>(
 /// Runs `flitctl chaos`.
 pub fn run(args: ChaosArgs) -> Result<()> {
     // Every mistake in the scenario is caught here, before anything starts.
-    let scenario = Scenario::load(&args.scenario)?;
+    let mut scenario = Scenario::load(&args.scenario)?;
+    if let Some(d) = args.time_dilation {
+        scenario.file.fabric.time_dilation = crate::scenario::DilationKey(d);
+    }
     let run_dir = RunDirChoice {
         path: args.run_dir.clone(),
         keep: args.keep,
@@ -639,6 +648,13 @@ pub fn run_scenario(
     // re-routes as with `reroute`. DLR with `recovery_protocol`: the
     // daemons run it and the switches reroute on their own.
     params.recovery = f.protocol();
+    let (factor, dilation_source) = crate::fidelity::resolve(
+        f.fabric.time_dilation.0,
+        &scenario.topo,
+        &params,
+        f.traffic.load,
+    );
+    params.time_dilation = factor;
     let intermediate = crate::mechanism::intermediate::IntermediateSetup::of(
         &scenario.topo,
         f.mechanism.fabric(),
@@ -715,11 +731,11 @@ pub fn run_scenario(
     // With a recovery protocol senders hold each message for the hold
     // window after it (or its last resend) left, and resends after a late
     // fault may still be on their way: wait for them to let go.
-    let drain_timeout = if drain.until_released {
+    let drain_timeout = wall(if drain.until_released {
         Duration::from_secs(10) + Duration::from_nanos(params.recovery_hold_ns())
     } else {
         Duration::from_secs(5)
-    };
+    });
     let collected = outcome.and_then(|settled| {
         let collected = ctl.fabric_collect(&drain, drain_timeout)?;
         Ok((settled, collected))
@@ -753,6 +769,17 @@ pub fn run_scenario(
         bring_up,
     );
     run.engine = format!("{engine_name} (re-routing: {})", f.mechanism_name());
+    run.fidelity = Some(crate::fidelity::judge(
+        &crate::fidelity::Context {
+            topo: &topo,
+            params: &params,
+            load: spec.load,
+            hosts_offering: topo.num_hosts(),
+            dilation_source,
+        },
+        &collected.hosts,
+        &collected.switches,
+    ));
     run.account_unreachable(&topo, &collected.hosts, &drain.unreachable);
     report::save_reports(&run_dir, &topo, &collected.hosts, &collected.switches)?;
     let acc = accounting(&run, &collected, &ctl.retired, ctl.killed_capacity);
@@ -887,7 +914,7 @@ fn drive(
     dead_after_ns: u64,
 ) -> Result<Option<(f64, u64, u64, u64)>> {
     for action in &scenario.actions {
-        ctl.ctl.serve_until(start + action.at);
+        ctl.ctl.serve_until(start + wall(action.at));
         if crate::interrupt::requested() {
             break;
         }
@@ -902,18 +929,18 @@ fn drive(
             ctl.failed_actions.push(message);
         }
     }
-    let duration = scenario.file.traffic.duration.0;
+    let duration = wall(scenario.file.traffic.duration.0);
     let mut settled = None;
     if !scenario.actions.is_empty() && !crate::interrupt::requested() {
         // After the last action, wait for detection (up to two dead
         // intervals) and for the controller to go idle, then snapshot.
-        let grace = Duration::from_nanos(2 * dead_after_ns) + SETTLE_MAX * 2;
-        let last = start + scenario.actions.last().map_or(Duration::ZERO, |a| a.at);
+        let grace = wall(Duration::from_nanos(2 * dead_after_ns) + SETTLE_MAX * 2);
+        let last = start + wall(scenario.actions.last().map_or(Duration::ZERO, |a| a.at));
         let snapshot_at = (last + grace).min(start + duration);
         ctl.ctl.serve_until(snapshot_at);
         // Detections may still be arriving: serve until the controller is
         // idle, as long as traffic runs.
-        let idle_by = (start + duration).checked_sub(Duration::from_millis(300));
+        let idle_by = (start + duration).checked_sub(wall(Duration::from_millis(300)));
         while ctl.ctl.is_busy() && idle_by.is_some_and(|t| Instant::now() < t) {
             ctl.ctl
                 .serve_until(Instant::now() + Duration::from_millis(50));
@@ -929,7 +956,12 @@ fn drive(
                 .map(|(_, r)| r.endpoint.sink.delivered_messages)
                 .sum();
             let lost = flits_lost_total(&ctl.ctl.fabric.switch_reports()?);
-            settled = Some((start.elapsed().as_secs_f64(), sent, delivered, lost));
+            settled = Some((
+                emulated(start.elapsed()).as_secs_f64(),
+                sent,
+                delivered,
+                lost,
+            ));
         }
     }
     ctl.ctl.serve_until(start + duration);
@@ -941,7 +973,7 @@ impl Chaos<'_> {
     /// Drains in-flight messages (still serving events) and collects.
     fn fabric_collect(&mut self, drain: &Drain, timeout: Duration) -> Result<Collected> {
         self.ctl
-            .serve_until(Instant::now() + Duration::from_millis(200));
+            .serve_until(Instant::now() + wall(Duration::from_millis(200)));
         let hosts = report::drain_until(&self.ctl.fabric, timeout, drain)?;
         let switches = self.ctl.fabric.switch_reports()?;
         Ok(Collected { hosts, switches })

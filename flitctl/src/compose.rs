@@ -904,6 +904,14 @@ pub struct ComposeArgs {
     /// deploy`, where addresses are not known in advance).
     #[arg(long)]
     pub dns_peers: bool,
+    /// Time dilation the daemons run at: every emulated duration lasts N
+    /// times longer in wall time (docs/fidelity.md); `flitctl run` follows
+    /// it. A whole factor: the load `auto` would calibrate for is only
+    /// known to `run`; `flitctl up --time-dilation auto` prints a factor
+    /// for this machine.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=flitnet_core::control::limits::MAX_TIME_DILATION as i64))]
+    pub time_dilation: u32,
 }
 
 /// Generates and writes the bundle; prints what was written.
@@ -915,8 +923,10 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         );
     }
     let topo = crate::topo::load(&args.topology)?;
+    let mut params = args.fabric.params();
+    params.time_dilation = args.time_dilation;
     let opts = ComposeOptions {
-        params: args.fabric.params(),
+        params,
         subnet: args.subnet,
         image: args.image,
         seed: args.seed,

@@ -725,8 +725,10 @@ impl Fabric {
         let started = Instant::now();
         let is_host = |n: NodeRef| matches!(n, NodeRef::Host(_));
         let paused = self.broadcast(is_host, |_| Request::SetInjection { paused: true });
-        let drained = paused.and_then(|_| self.wait_in_flight_zero(started + drain_timeout));
-        let drain = started.elapsed();
+        let wall = flitnet_runtime::clock::wall;
+        let emulated = flitnet_runtime::clock::emulated;
+        let drained = paused.and_then(|_| self.wait_in_flight_zero(started + wall(drain_timeout)));
+        let drain = emulated(started.elapsed());
         let installed = match &drained {
             Ok(_) => self.install_routes(tables),
             Err(_) => Ok(()),
@@ -740,7 +742,7 @@ impl Fabric {
                 drained: drained.is_none(),
                 left_in_flight: drained.unwrap_or(0),
                 drain_ms: drain.as_secs_f64() * 1e3,
-                paused_ms: started.elapsed().as_secs_f64() * 1e3,
+                paused_ms: emulated(started.elapsed()).as_secs_f64() * 1e3,
             }),
         })
     }
@@ -771,7 +773,9 @@ impl Fabric {
                 lowest = left;
                 fell_at = now;
             }
-            if now >= deadline || (left > 0 && now.duration_since(fell_at) >= QUIESCE_STALL) {
+            let stalled =
+                now.duration_since(fell_at) >= flitnet_runtime::clock::wall(QUIESCE_STALL);
+            if now >= deadline || (left > 0 && stalled) {
                 return Ok(Some(left));
             }
             std::thread::sleep(Duration::from_millis(1));

@@ -85,6 +85,10 @@ enum BenchCommand {
     /// Accepted throughput and latency p50/p99 over offered load in the
     /// simulator: 4-ary 2- and 3-tree (Dmodk), 4x4 mesh, uniform traffic.
     Saturation(flitctl::bench_saturation::SaturationArgs),
+    /// Live against simulated: the same fabric, traffic and seed run by the
+    /// daemons and by the simulator; accepted throughput and latency with
+    /// ratios, and the live run's fidelity verdict and dilation.
+    Fidelity(flitctl::bench_fidelity::BenchFidelityArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Saturation(args)) => {
             flitctl::bench_saturation::run_saturation(args)
         }
+        Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),

@@ -163,9 +163,13 @@ fn drain_for(
         }
         let settled = drained
             && released
-            && (delivered >= sent || stable_since.elapsed() > Duration::from_millis(500));
+            && (delivered >= sent
+                || stable_since.elapsed()
+                    > flitnet_runtime::clock::wall(Duration::from_millis(500)));
         let quiet = stable_since.elapsed();
-        let stalled = (!drained && quiet >= crate::stall::STALL_QUIET).then_some(quiet);
+        let stalled = (!drained
+            && quiet >= flitnet_runtime::clock::wall(crate::stall::STALL_QUIET))
+        .then_some(flitnet_runtime::clock::emulated(quiet));
         if stalled.is_some() && stop_on_stall {
             return Ok(Drained {
                 reports,
@@ -353,6 +357,10 @@ pub struct RunReport {
     /// stalled), with why: their counts are missing from the totals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unanswered: Vec<String>,
+    /// Whether the run measured the emulated network or this machine
+    /// (docs/fidelity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<crate::fidelity::Fidelity>,
 }
 
 /// Hosts the faults cut off: those outside the largest connected part of
@@ -529,6 +537,7 @@ impl RunReport {
             stall: None,
             interrupted: crate::interrupt::received().map(str::to_string),
             unanswered,
+            fidelity: None,
         }
     }
 }
@@ -550,9 +559,13 @@ impl fmt::Display for RunReport {
         for who in &self.unanswered {
             writeln!(f, "  stalled     {who}: its counts are missing")?;
         }
+        let x = self
+            .fidelity
+            .as_ref()
+            .map_or(String::new(), |fi| fi.factor_note());
         writeln!(
             f,
-            "  traffic     {} at load {:.2} for {:.1}s; fabric up in {:.2}s",
+            "  traffic     {} at load {:.2} for {:.1}s{x}; fabric up in {:.2}s (wall time)",
             self.pattern, self.load, self.duration_s, self.bring_up_s
         )?;
         writeln!(
@@ -585,12 +598,12 @@ impl fmt::Display for RunReport {
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
         writeln!(
             f,
-            "  flits       sent {}  delivered {}  accepted {:.0} flits/s",
+            "  flits       sent {}  delivered {}  accepted {:.0} flits/s{x}",
             t.flits_sent, t.flits_delivered, self.accepted_flits_per_s
         )?;
         writeln!(
             f,
-            "  latency     p50 {:.1} us  p99 {:.1} us  max {:.1} us",
+            "  latency     p50 {:.1} us  p99 {:.1} us  max {:.1} us{x}",
             self.latency.p50_us, self.latency.p99_us, self.latency.max_us
         )?;
         writeln!(
@@ -608,7 +621,7 @@ impl fmt::Display for RunReport {
             let opt = |x: Option<f64>| x.map_or("never".to_string(), |v| format!("{v:.1} ms"));
             writeln!(
                 f,
-                "  fault       {} {}: detected after {}{}, new routes installed after {}",
+                "  fault       {} {}: detected after {}{}, new routes installed after {}{x}",
                 fault.kind,
                 fault.element,
                 opt(fault.detection_ms),
@@ -621,6 +634,9 @@ impl fmt::Display for RunReport {
         }
         if let Some(stall) = &self.stall {
             write!(f, "{stall}")?;
+        }
+        if let Some(fi) = &self.fidelity {
+            write!(f, "{fi}")?;
         }
         writeln!(
             f,

@@ -109,6 +109,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(addr) = args.controller_metrics {
         ctl_metrics::install(addr)?;
     }
+    // The daemons run at the dilation `flitctl compose` configured them
+    // with; the controller's clock and waits follow it.
+    let factor = description.params.time_dilation.max(1);
+    flitnet_runtime::clock::set_dilation(factor);
+    let wall = flitnet_runtime::clock::wall;
     let mut faults = FaultSet::none();
     faults.links.extend(down_links.iter().copied());
     let tables = compute_routes(&topo, &args.engine, &faults)?;
@@ -198,14 +203,16 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
     let mut pending_kill = kill_link;
     // Faults are watched for during the traffic phase and the drain after it.
-    let watch_until = traffic_start + args.traffic.duration + Duration::from_secs(1);
+    let watch_until = traffic_start + wall(args.traffic.duration + Duration::from_secs(1));
     while Instant::now() < watch_until {
         let next = match pending_kill {
-            Some(_) => (traffic_start + args.kill_at).min(watch_until),
+            Some(_) => (traffic_start + wall(args.kill_at)).min(watch_until),
             None => watch_until,
         };
         ctl.serve_until(next);
-        if let Some(l) = pending_kill.filter(|_| Instant::now() >= traffic_start + args.kill_at) {
+        if let Some(l) =
+            pending_kill.filter(|_| Instant::now() >= traffic_start + wall(args.kill_at))
+        {
             pending_kill = None;
             let started_ns = flitnet_runtime::clock::now_ns();
             ctl.fabric.set_link(l, false)?;
@@ -220,9 +227,20 @@ pub fn run(args: RunArgs) -> Result<()> {
     ctl.find_dead_switches();
     let fault_log = fault_log(&topo, &events.snapshot(), &down_links);
     let fabric = ctl.fabric;
-    let reports = report::drain(&fabric, Duration::from_secs(5))?;
+    let reports = report::drain(&fabric, wall(Duration::from_secs(5)))?;
     let switch_reports = fabric.switch_reports()?;
-    let run = RunReport::build(
+    let fidelity = crate::fidelity::judge(
+        &crate::fidelity::Context {
+            topo: &topo,
+            params: &description.params,
+            load: spec.load,
+            hosts_offering: topo.num_hosts(),
+            dilation_source: "set by flitctl compose".into(),
+        },
+        &reports,
+        &switch_reports,
+    );
+    let mut run = RunReport::build(
         &topo,
         &tables.engine,
         &spec,
@@ -231,6 +249,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         fault_log,
         bring_up,
     );
+    run.fidelity = Some(fidelity);
     if args.shutdown {
         let still = shut_down_remote(&fabric, Duration::from_secs(5));
         if !still.is_empty() {

@@ -304,6 +304,9 @@ pub struct FabricSection {
     pub switch_latency: ScenarioSwitchLatency,
     /// Crossbar speedup (1 = none).
     pub crossbar_speedup: u8,
+    /// Time dilation: a whole factor, or `auto` (the default) to calibrate
+    /// on this machine (docs/fidelity.md).
+    pub time_dilation: DilationKey,
 }
 
 /// `switch-latency:` as written (`4ft`, `250ns`).
@@ -328,6 +331,34 @@ impl<'de> Deserialize<'de> for ScenarioSwitchLatency {
     }
 }
 
+/// `time-dilation:` in a scenario: `auto` or a whole factor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DilationKey(pub flitnet_runtime::clock::Dilation);
+
+impl Default for DilationKey {
+    fn default() -> Self {
+        DilationKey(flitnet_runtime::clock::Dilation::Auto)
+    }
+}
+
+impl<'de> Deserialize<'de> for DilationKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        };
+        text.parse()
+            .map(DilationKey)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl Default for FabricSection {
     fn default() -> Self {
         FabricSection {
@@ -344,6 +375,7 @@ impl Default for FabricSection {
             hoq_lifetime: None,
             switch_latency: ScenarioSwitchLatency(SwitchLatency::DEFAULT),
             crossbar_speedup: 1,
+            time_dilation: DilationKey::default(),
         }
     }
 }
@@ -371,6 +403,8 @@ impl FabricSection {
                 .filter(|&ns| ns > 0),
             switch_latency: self.switch_latency.0,
             crossbar_speedup: self.crossbar_speedup,
+            // Resolved by `chaos` (`auto` calibrates first).
+            time_dilation: 1,
         }
     }
 }
@@ -900,6 +934,25 @@ mod tests {
         assert_eq!(s.actions[0].kind, ActionKind::KillLink);
         assert_eq!(s.actions[2].count, 3);
         assert_eq!(s.actions[1].at, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn time_dilation_is_auto_by_default_or_a_whole_factor() {
+        use flitnet_runtime::clock::Dilation;
+        let s = parse(HEAD).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Auto);
+        let s = parse(&format!("{HEAD}fabric: {{time-dilation: 8}}\n")).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Fixed(8));
+        let s = parse(&format!("{HEAD}fabric: {{time-dilation: auto}}\n")).unwrap();
+        assert_eq!(s.file.fabric.time_dilation.0, Dilation::Auto);
+        let e = format!(
+            "{:#}",
+            parse(&format!("{HEAD}fabric: {{time-dilation: 0}}\n")).unwrap_err()
+        );
+        assert!(
+            e.contains("time dilation `0` must be `auto` or a whole factor"),
+            "{e}"
+        );
     }
 
     #[test]

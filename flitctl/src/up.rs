@@ -23,6 +23,7 @@ use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, Switchin
 use flitnet_core::mechanism::dlr::DlrFaults;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
+use flitnet_runtime::clock::wall;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -178,6 +179,8 @@ impl FabricArgs {
             },
             switch_latency: self.switch_latency,
             crossbar_speedup: self.crossbar_speedup,
+            // Set by the front end (`--time-dilation`).
+            time_dilation: 1,
         }
     }
 
@@ -336,6 +339,14 @@ pub struct UpArgs {
     /// auto = when stderr is a terminal.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     pub progress: ProgressMode,
+    /// Time dilation: every emulated duration (flit times, delays, timers,
+    /// traffic, the fault timeline, the controller's timeouts) lasts N
+    /// times longer in wall time, so a machine too slow for the fabric at
+    /// full speed still emulates it faithfully; every time reported is
+    /// emulated time. `auto` measures this machine first and picks the
+    /// smallest N expected to give a faithful run (docs/fidelity.md).
+    #[arg(long, default_value = "auto", value_name = "N|auto")]
+    pub time_dilation: flitnet_runtime::clock::Dilation,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -552,8 +563,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             args.mechanism
         );
     }
+    let mut params = args.fabric.params_for(&args.engine);
+    let (factor, dilation_source) =
+        crate::fidelity::resolve(args.time_dilation, &topo, &params, args.traffic.load);
+    params.time_dilation = factor;
     let opts = SessionOptions {
-        params: args.fabric.params_for(&args.engine),
+        params: params.clone(),
         engine: args.engine.clone(),
         seed: args.seed,
         metrics: args.metrics,
@@ -632,7 +647,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let spec = args.traffic.spec(args.seed);
     ctl.fabric.start_traffic(&spec)?;
     let traffic_start = Instant::now();
-    let mut progress = Progress::new(args.progress, traffic_start, args.traffic.duration);
+    let mut progress = Progress::new(args.progress, traffic_start, wall(args.traffic.duration));
     events.record(ControllerEvent::traffic_started(&spec.pattern));
     let mut faults = FaultSet::none();
     // The faults `up` injected, one record per instant, with what they
@@ -647,7 +662,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         kill_switches.iter().copied().map(Some).collect()
     };
     for (k, step) in steps.into_iter().enumerate() {
-        let at = args.kill_at + args.kill_every * k as u32;
+        let at = wall(args.kill_at + args.kill_every * k as u32);
         serve_with_progress(&mut ctl, &mut progress, traffic_start + at);
         if crate::interrupt::requested() {
             break;
@@ -690,27 +705,23 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             // Seed 004: once the hosts route around the faults, packets
             // whose heads left before the push may still meet them; give
             // them time to, then count drops from here on.
-            let left = args
-                .traffic
-                .duration
-                .saturating_sub(traffic_start.elapsed());
+            let left = wall(args.traffic.duration).saturating_sub(traffic_start.elapsed());
             ctl.serve_until_rerouted(Instant::now() + left / 2);
-            let settle = SWITCHOVER_SETTLE.min(
-                args.traffic
-                    .duration
-                    .saturating_sub(traffic_start.elapsed())
-                    / 2,
-            );
+            let settle = wall(SWITCHOVER_SETTLE)
+                .min(wall(args.traffic.duration).saturating_sub(traffic_start.elapsed()) / 2);
             ctl.serve_until(Instant::now() + settle);
             drops_at_switchover = Some(total_switch_drops(&ctl.fabric)?);
         }
         if let (Some(after), Some(s)) = (args.restart_after, step) {
-            serve_with_progress(&mut ctl, &mut progress, traffic_start + at + after);
+            serve_with_progress(&mut ctl, &mut progress, traffic_start + at + wall(after));
             let started_ns = now_ns();
             // The initial tables (the controller does not re-route in
             // this mode).
-            ctl.fabric
-                .restart_switch(s, &tables, Duration::from_secs(10))?;
+            ctl.fabric.restart_switch(
+                s,
+                &tables,
+                Duration::from_secs(10) + wall(Duration::from_nanos(params.dead_after_ns)),
+            )?;
             if args.notify_neighbours {
                 for live in neighbour_ports(&topo, s) {
                     ctl.fabric.set_port(live, true)?;
@@ -721,7 +732,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         }
     }
     if let Some(end) = withhold {
-        serve_with_progress(&mut ctl, &mut progress, traffic_start + args.kill_at);
+        serve_with_progress(&mut ctl, &mut progress, traffic_start + wall(args.kill_at));
         ctl.fabric.withhold_credits(end, true)?;
         let name = format!("{}:{}", topo.node_name(end.node), end.port);
         events.record(ControllerEvent::fault("withhold-credits", name));
@@ -730,7 +741,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     serve_with_progress(
         &mut ctl,
         &mut progress,
-        traffic_start + args.traffic.duration,
+        traffic_start + wall(args.traffic.duration),
     );
     crate::session::stop_traffic_if_interrupted(&ctl.fabric, &events);
     let records = events.snapshot();
@@ -749,17 +760,16 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     // With a recovery protocol, senders hold each message for the hold
     // window after it left: drain until they have let go (or a resend is
     // shown stuck), so `retained` counts only what is really still held.
-    let params = args.fabric.params_for(&args.engine);
     let drain = report::Drain {
         until_released: params.recovery.is_on(),
         unreachable: report::unreachable_hosts(&topo, &faults),
     };
     // Resends after a fault may still be on their way when traffic ends.
-    let timeout = if drain.until_released {
+    let timeout = wall(if drain.until_released {
         Duration::from_secs(10) + Duration::from_nanos(params.recovery_hold_ns())
     } else {
         Duration::from_secs(5)
-    };
+    });
     let drained = report::drain_watch(&fabric, timeout, &drain)?;
     let reports = drained.reports;
     let switch_reports = fabric.switch_reports()?;
@@ -773,6 +783,17 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .sum();
     let intermediate = inodes.as_ref().map(|i| i.report(&switch_reports, &reports));
     let ft2ei = ft2ei_dyn.map(|_| Ft2eiDynReport::from_switches(&switch_reports));
+    let fidelity = crate::fidelity::judge(
+        &crate::fidelity::Context {
+            topo: &topo,
+            params: &params,
+            load: spec.load,
+            hosts_offering: topo.num_hosts(),
+            dilation_source,
+        },
+        &reports,
+        &switch_reports,
+    );
     let mut run = RunReport::build(
         &topo,
         &tables.engine,
@@ -782,6 +803,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         fault_log,
         bring_up,
     );
+    run.fidelity = Some(fidelity);
     run.stall = stall;
     run.account_unreachable(&topo, &reports, &drain.unreachable);
     fabric.shutdown()?;

@@ -104,6 +104,15 @@ impl Node for HostNode {
 }
 
 impl Daemon for HostNode {
+    fn metric_label(&self) -> (&'static str, String) {
+        ("host", self.name.clone())
+    }
+
+    fn for_each_link(&self, f: &mut dyn FnMut(PortNo, &flitnet_core::link::Link)) {
+        let link = self.endpoint.link();
+        f(link.port(), link);
+    }
+
     fn control(&mut self, now: u64, request: Request) -> Response {
         match request {
             Request::Ping => Response::reply(Reply::Pong {

@@ -40,6 +40,8 @@ pub fn load_config(path: &Path) -> Result<DaemonConfig> {
 pub fn start(path: &Path) -> Result<Daemon> {
     telemetry::init_logging("info");
     let config = load_config(path)?;
+    // Before any time is read: the state machines see emulated time.
+    crate::clock::set_dilation(config.fabric.time_dilation);
     if let Some(addr) = config.metrics_addr {
         telemetry::init_metrics(addr)?;
     }

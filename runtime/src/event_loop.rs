@@ -1,11 +1,14 @@
 //! The single-threaded event loop every daemon runs.
 
-use crate::clock::now_ns;
+use crate::clock::{dilation, now_ns, to_wall_ns, wall_ns};
 use crate::control::ControlInbox;
-use crate::transport::{Transport, TransportCounters, SEND_BATCH};
+use crate::transport::{Transport, SEND_BATCH};
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use flitnet_core::control::{LoopReport, Reply, Request, Response, TimerLateness};
+use flitnet_core::control::{
+    LoopReport, PortBacklog, Reply, Request, Response, SchedShare, TimerLateness,
+};
+use flitnet_core::link::Link;
 pub use flitnet_core::node::Node;
 use flitnet_core::topology::PortNo;
 use std::io::Read;
@@ -21,6 +24,10 @@ pub trait Daemon: Node {
     fn after_io(&mut self, _now: u64) {}
     /// Called a few times per second: copy counters into the metrics facade.
     fn publish_metrics(&mut self, _now: u64) {}
+    /// The label naming this daemon in metrics: (`switch` or `host`, name).
+    fn metric_label(&self) -> (&'static str, String);
+    /// Calls `f` with every cabled port's link (for the backlog meter).
+    fn for_each_link(&self, f: &mut dyn FnMut(PortNo, &Link));
 }
 
 /// How the daemons drive their links: the processes share the machine's
@@ -31,11 +38,11 @@ pub const LINK_DRIVER: flitnet_core::control::LinkDriver = flitnet_core::control
     pacing_quantum_ns: PACING_QUANTUM_NS,
 };
 
-/// How often counters are copied into the metrics registry.
+/// How often (wall time) counters are copied into the metrics registry.
 const METRICS_PERIOD_NS: u64 = 250_000_000;
 /// Datagrams read per wake-up before timers and transmissions get a turn.
 const RECV_BATCH: usize = 256;
-/// A deadline at most this far away is waited for by spinning on the
+/// A deadline at most this far away (wall time) is waited for by spinning on the
 /// clock instead of sleeping in `ppoll`: a sleep costs two context switches
 /// and on a busy machine wakes 10-30 us late, far longer than the wait
 /// (emulated propagation delays and credit coalescing of 1-2 us).
@@ -109,6 +116,76 @@ impl Lateness {
             max_ns: self.max_ns,
         }
     }
+}
+
+/// How fast each link carried flits while it had flits queued (credits
+/// are taken when a flit is queued, so a queued flit waits only for the
+/// link's pacing and for the event loop): the achieved rate of a
+/// backlogged link, against its configured bandwidth, says whether the
+/// daemon kept up (docs/fidelity.md). Observed after every transmit round:
+/// between two observations a link's queue only grows, so a link queued at
+/// one observation was backlogged until the next.
+#[derive(Default)]
+pub struct BacklogMeter {
+    /// Per port: (backlogged at the last observation, transmitted flits then).
+    last: Vec<Option<(bool, u64)>>,
+    last_ns: u64,
+    /// Per port: (backlogged ns, flits sent while backlogged).
+    totals: Vec<(u64, u64)>,
+}
+
+impl BacklogMeter {
+    /// Observes every link of `node` at emulated time `now`.
+    pub fn observe<N: Daemon + ?Sized>(&mut self, node: &N, now: u64) {
+        let dt = now.saturating_sub(self.last_ns);
+        self.last_ns = now;
+        let (last, totals) = (&mut self.last, &mut self.totals);
+        node.for_each_link(&mut |port, link| {
+            let i = port as usize;
+            if last.len() <= i {
+                last.resize(i + 1, None);
+                totals.resize(i + 1, (0, 0));
+            }
+            let tx: u64 = link.stats().tx_flits.iter().sum();
+            let backlogged = link.is_up() && link.queued() > 0;
+            if let Some((was, tx_then)) = last[i] {
+                if was {
+                    totals[i].0 += dt;
+                    totals[i].1 += tx.saturating_sub(tx_then);
+                }
+            }
+            last[i] = Some((backlogged, tx));
+        });
+    }
+
+    pub fn report(&self) -> Vec<PortBacklog> {
+        self.totals
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.0 > 0)
+            .map(|(port, &(backlogged_ns, flits))| PortBacklog {
+                port: port as PortNo,
+                backlogged_ns,
+                flits,
+            })
+            .collect()
+    }
+}
+
+/// This thread's CPU time and run-queue wait (`/proc/thread-self/schedstat`,
+/// fields 1 and 2, ns), with the wall instant they were read: the share of
+/// a run the daemon was runnable but not running is the wait over the wall
+/// time between two readings. None where Linux does not tell (no schedstats).
+pub fn read_schedstat() -> Option<SchedShare> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    let run_ns = fields.next()??;
+    let wait_ns = fields.next()??;
+    Some(SchedShare {
+        run_ns,
+        wait_ns,
+        wall_ns: wall_ns(),
+    })
 }
 
 /// Datagrams the node produced, waiting for the socket. The buffers are
@@ -193,21 +270,27 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
     let mut wake = inbox.wake;
     let mut tx = TxBatch::new();
     let mut lateness = Lateness::default();
+    let mut backlog = BacklogMeter::default();
+    let sched_start = read_schedstat();
     let mut next_metrics = 0u64;
     let mut scratch = [0u8; 64];
     loop {
         let now = now_ns();
         // Transmit everything that is ready.
         tx.pump(node, now, transport);
-        if now >= next_metrics {
+        backlog.observe(node, now);
+        let wall = wall_ns();
+        if wall >= next_metrics {
             node.publish_metrics(now);
-            next_metrics = now + METRICS_PERIOD_NS;
+            publish_loop_metrics(&*node, &lateness, sched_start.as_ref());
+            next_metrics = wall + METRICS_PERIOD_NS;
         }
+        // The node's deadline is emulated time; the loop waits in wall time.
         let timer = node.poll_timeout();
-        let deadline = timer.unwrap_or(u64::MAX).min(next_metrics);
-        let mut wait_ns = deadline.saturating_sub(now_ns());
+        let deadline = timer.map_or(u64::MAX, to_wall_ns).min(next_metrics);
+        let mut wait_ns = deadline.saturating_sub(wall_ns());
         if wait_ns > 0 && wait_ns <= SPIN_NS && !tx.pending() {
-            while now_ns() < deadline {
+            while wall_ns() < deadline {
                 std::hint::spin_loop();
             }
             wait_ns = 0;
@@ -265,7 +348,15 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
                 let report = matches!(pending.request, Request::Report);
                 let mut response = node.control(now, pending.request);
                 if report {
-                    annotate_report(&mut response, &lateness, transport.counters());
+                    let figures = LoopReport {
+                        timer_lateness: lateness.summary(),
+                        transport: transport.counters().clone(),
+                        dilation: dilation(),
+                        sched_start: sched_start.clone(),
+                        sched_now: read_schedstat(),
+                        backlog: backlog.report(),
+                    };
+                    annotate_report(&mut response, figures);
                 }
                 let _ = pending.reply.send(response);
                 if shutdown {
@@ -291,9 +382,36 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
     }
 }
 
-/// Adds the loop's own figures to a `Report` answer: how late timers fired
-/// and what the transport did (datagrams per system call).
-fn annotate_report(response: &mut Response, lateness: &Lateness, counters: &TransportCounters) {
+/// The loop's fidelity figures as gauges (docs/metrics.md): timer lateness
+/// quantiles (emulated seconds), the share of wall time the daemon waited
+/// to run, the dilation factor.
+fn publish_loop_metrics<N: Daemon + ?Sized>(
+    node: &N,
+    lateness: &Lateness,
+    sched_start: Option<&SchedShare>,
+) {
+    let (kind, name) = node.metric_label();
+    // `stat`, not `quantile`: that label belongs to summaries.
+    for (stat, ns) in [
+        ("p50", lateness.quantile_ns(0.5)),
+        ("p99", lateness.quantile_ns(0.99)),
+        ("max", lateness.max_ns),
+    ] {
+        metrics::gauge!("flitnet_timer_lateness_seconds", kind => name.clone(), "stat" => stat)
+            .set(ns as f64 / 1e9);
+    }
+    if let (Some(a), Some(b)) = (sched_start, read_schedstat()) {
+        if let Some(share) = a.wait_share_until(&b) {
+            metrics::gauge!("flitnet_sched_wait_ratio", kind => name.clone()).set(share);
+        }
+    }
+    metrics::gauge!("flitnet_time_dilation", kind => name).set(dilation() as f64);
+}
+
+/// Adds the loop's own figures to a `Report` answer: how late timers fired,
+/// what the transport did (datagrams per system call), how long the daemon
+/// waited to run, how fast backlogged links went.
+fn annotate_report(response: &mut Response, figures: LoopReport) {
     let event_loop = match response {
         Response::Ok {
             body: Reply::SwitchReport(r),
@@ -303,10 +421,7 @@ fn annotate_report(response: &mut Response, lateness: &Lateness, counters: &Tran
         } => &mut r.event_loop,
         _ => return,
     };
-    *event_loop = LoopReport {
-        timer_lateness: lateness.summary(),
-        transport: counters.clone(),
-    };
+    *event_loop = figures;
 }
 
 #[cfg(test)]

@@ -124,6 +124,18 @@ impl Node for SwitchNode {
 }
 
 impl Daemon for SwitchNode {
+    fn metric_label(&self) -> (&'static str, String) {
+        ("switch", self.name.clone())
+    }
+
+    fn for_each_link(&self, f: &mut dyn FnMut(PortNo, &flitnet_core::link::Link)) {
+        for &p in &self.cabled {
+            if let Ok(l) = self.switch.link(p) {
+                f(p, l);
+            }
+        }
+    }
+
     fn control(&mut self, now: u64, request: Request) -> Response {
         let _ = now;
         match request {

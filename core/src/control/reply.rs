@@ -77,10 +77,59 @@ pub struct TransportCounters {
 /// The event loop's own figures, added by the runtime to every report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoopReport {
+    /// In emulated time (wall lateness / `dilation`).
     #[serde(default)]
     pub timer_lateness: TimerLateness,
     #[serde(default)]
     pub transport: TransportCounters,
+    /// The daemon's time dilation factor (0 in reports of daemons that
+    /// predate it: read as 1).
+    #[serde(default)]
+    pub dilation: u32,
+    /// The event loop thread's scheduler figures when the loop started and
+    /// when this report was made (None where Linux does not tell).
+    #[serde(default)]
+    pub sched_start: Option<SchedShare>,
+    #[serde(default)]
+    pub sched_now: Option<SchedShare>,
+    /// Per port: how long its link had flits queued, and how many it sent
+    /// meanwhile (emulated time).
+    #[serde(default)]
+    pub backlog: Vec<PortBacklog>,
+}
+
+/// A thread's cumulative CPU time and run-queue wait
+/// (`/proc/thread-self/schedstat`), and the wall instant (CLOCK_MONOTONIC
+/// ns) they were read; all wall nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedShare {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    pub wall_ns: u64,
+}
+
+impl SchedShare {
+    /// Share of the wall time from `self` to `later` the thread was
+    /// runnable but waiting for a CPU (None for an empty interval).
+    pub fn wait_share_until(&self, later: &SchedShare) -> Option<f64> {
+        let wall = later.wall_ns.checked_sub(self.wall_ns).filter(|&w| w > 0)?;
+        Some(later.wait_ns.saturating_sub(self.wait_ns) as f64 / wall as f64)
+    }
+
+    /// Share of that wall time the thread ran.
+    pub fn run_share_until(&self, later: &SchedShare) -> Option<f64> {
+        let wall = later.wall_ns.checked_sub(self.wall_ns).filter(|&w| w > 0)?;
+        Some(later.run_ns.saturating_sub(self.run_ns) as f64 / wall as f64)
+    }
+}
+
+/// One port's link while it had flits queued (emulated ns).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortBacklog {
+    pub port: PortNo,
+    pub backlogged_ns: u64,
+    /// Flits the link sent while backlogged.
+    pub flits: u64,
 }
 
 /// One port's link now, for a stall diagnosis (which ports wait for

@@ -1176,6 +1176,12 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
     argv.push(run_dir.display().to_string());
     argv.push("--progress".into());
     argv.push("never".into());
+    // The orderings documented in docs/reproduction.md were measured
+    // undilated; a command line may ask for a factor.
+    if !argv.iter().any(|a| a == "--time-dilation") {
+        argv.push("--time-dilation".into());
+        argv.push("1".into());
+    }
     let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(&argv)
         .map_err(|e| anyhow::anyhow!("{cmd}: {e}"))?
         .up;
@@ -1423,6 +1429,15 @@ const LOCAL_LOAD: &str = "0.15";
 
 /// [`LOCAL_LOAD`] of `--quick` (one run per cell; see `seed003`).
 const QUICK_LOCAL_LOAD: &str = "0.4";
+
+/// `flitctl up`'s arguments from `argv` (`flitctl up …`), parsed as on
+/// the command line.
+pub fn parse_up(argv: &[String]) -> Result<crate::up::UpArgs> {
+    let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", argv.join(" ")))?
+        .up;
+    Ok(up)
+}
 
 /// `flitctl up`'s arguments, parsed as on the command line.
 #[derive(clap::Parser)]
