@@ -990,6 +990,56 @@ mod tests {
     }
 
     #[test]
+    fn switch_timing_parses_converts_and_bad_values_are_named() {
+        assert_eq!(SwitchLatency::parse("4ft"), Ok(SwitchLatency::FlitTimes(4)));
+        assert_eq!(SwitchLatency::parse("250ns"), Ok(SwitchLatency::Ns(250)));
+        assert_eq!(SwitchLatency::parse("1.5us"), Ok(SwitchLatency::Ns(1_500)));
+        assert_eq!(SwitchLatency::parse("0"), Ok(SwitchLatency::Ns(0)));
+        for bad in ["4", "fast", "-1us", "ft"] {
+            let e = SwitchLatency::parse(bad).unwrap_err();
+            assert!(e.0.contains("switch latency"), "{bad}: {e}");
+        }
+        // 4 flit times at the default 200 000 flits/s: 20 us.
+        let p = FabricParams::default();
+        assert_eq!(p.switch_timing().traversal_ns, 20_000);
+        assert_eq!(
+            p.switch_config(
+                8,
+                &LinkDriver {
+                    count_transit: false,
+                    pacing_quantum_ns: 0
+                }
+            )
+            .timing
+            .crossbar_speedup,
+            1
+        );
+        let bad = FabricParams {
+            crossbar_speedup: 0,
+            ..FabricParams::default()
+        };
+        assert!(bad.validate().unwrap_err().0.contains("crossbar speedup 0"));
+        let bad = FabricParams {
+            switch_latency: SwitchLatency::FlitTimes(5_000),
+            ..FabricParams::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("switch latency 5000ft"));
+        let bad = FabricParams {
+            switch_latency: SwitchLatency::Ns(2_000_000),
+            ..FabricParams::default()
+        };
+        assert!(bad.validate().unwrap_err().0.contains("switch latency"));
+        // The daemons' configuration carries both.
+        let text = serde_json::to_string(&p).unwrap();
+        let back: FabricParams = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
     fn config_round_trips_and_validates() {
         let c = cfg();
         c.validate().unwrap();

@@ -695,7 +695,8 @@ impl Link {
     }
 
     /// [`Link::send`] of a flit ready at `now` (it starts on the emulated
-    /// wire no earlier).
+    /// wire no earlier; `now` may be before the last time passed to the
+    /// link, for an owner that backdates what it did late).
     pub fn send_at(&mut self, now: u64, flit: Flit) -> Result<(), LinkError> {
         self.advance(now);
         let vc = flit.vc;
@@ -716,7 +717,7 @@ impl Link {
         let t = &mut self.tx[vc as usize];
         t.consumed = t.consumed.wrapping_add(1);
         debug_assert!(t.consumed.wrapping_sub(t.peer_freed) <= self.cfg.buffer_depth);
-        self.tx_queue.push_back((self.now, flit));
+        self.tx_queue.push_back((now, flit));
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! window give the accepted throughput and the messages delivered in it
 //! their latency percentiles (from generation, source queueing included,
 //! as in Dally and Towles, "Principles and Practices of Interconnection
-//! Networks", §23).
+//! Networks").
 
 use crate::control::{FabricParams, LinkDriver};
 use crate::host::endpoint::{HostConfig, HostEvent, InjectionVc};

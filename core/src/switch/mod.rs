@@ -1086,6 +1086,25 @@ impl Switch {
         let InState::Active { out_vc, .. } = self.inputs[i].state else {
             return false;
         };
+        let vcs = self.cfg.vcs as usize;
+        let now = self.now;
+        // When the flit crosses the crossbar. Exactly now in the simulator
+        // (woken when it may move). A daemon woken late (its links count
+        // transit time: one shared clock) backdates it to when the flit
+        // could have crossed, as its links backdate each flit's start, so
+        // that a late wake-up moves what the switch would have moved
+        // meanwhile instead of one flit per port.
+        let crossed = if self.cfg.link.count_transit {
+            let ready = self.inputs[i]
+                .front_arrival()
+                .map_or(0, |a| a.saturating_add(self.cfg.timing.traversal_ns));
+            ready
+                .max(self.in_free_at[i / vcs])
+                .max(self.out_free_at[out])
+                .min(now)
+        } else {
+            now
+        };
         let Some(mut f) = self.pop_input(i) else {
             return false;
         };
@@ -1110,12 +1129,10 @@ impl Switch {
         };
         f.vc = out_vc;
         let bytes = f.payload.len() as u64;
-        let vcs = self.cfg.vcs as usize;
-        let now = self.now;
         for free in [&mut self.in_free_at[i / vcs], &mut self.out_free_at[out]] {
-            *free = (*free).max(now) + self.xbar_step_ns;
+            *free = (*free).max(crossed) + self.xbar_step_ns;
         }
-        match self.ports[out].link.send_at(now, f) {
+        match self.ports[out].link.send_at(crossed, f) {
             Ok(()) => {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;
