@@ -337,6 +337,10 @@ pub struct UpArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Start the fabric even when the capacity check says this machine
+    /// cannot hold it (`up` only).
+    #[arg(long)]
+    pub force: bool,
     /// Progress lines on stderr once a second during the traffic phase:
     /// auto = when stderr is a terminal.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
@@ -508,7 +512,7 @@ pub struct Ft2eiDynReport {
 }
 
 impl Ft2eiDynReport {
-    fn from_switches(reports: &SwitchReports) -> Self {
+    pub fn from_switches(reports: &SwitchReports) -> Self {
         let mut r = Ft2eiDynReport::default();
         let (mut first_fault, mut last_update) = (u64::MAX, 0u64);
         for (_, v) in reports {
@@ -560,7 +564,7 @@ pub fn configure_reroute(fabric: &Fabric, topo: &Topology, cfg: DlrConfig) -> Re
 /// Time after pushing intermediate-node routes before drops are counted
 /// as "after the switchover": packets whose heads left before the push
 /// either meet the fault or land well within it.
-const SWITCHOVER_SETTLE: Duration = Duration::from_millis(500);
+pub const SWITCHOVER_SETTLE: Duration = Duration::from_millis(500);
 
 /// A run with seed 004's intermediate nodes: the leg tables it installs and
 /// what it measured at the switchover.
@@ -761,7 +765,7 @@ pub fn parse_link(topo: &Topology, spec: &str) -> Result<LinkId> {
 }
 
 /// A cabled switch port named `NODE:PORT`.
-fn parse_switch_port(topo: &Topology, spec: &str) -> Result<PortRef> {
+pub fn parse_switch_port(topo: &Topology, spec: &str) -> Result<PortRef> {
     let link = parse_link(topo, spec)?;
     let l = &topo.links[link as usize];
     let end = [l.a, l.b]
@@ -833,13 +837,20 @@ pub fn compute_routes(topo: &Topology, engine: &str, faults: &FaultSet) -> Resul
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
+    crate::capacity::check_up(&args)?;
+    let outcome = execute(&args)?;
+    print_outcome(&args, outcome)
+}
+
+/// Prints what `up` (or `sim` on a topology) did, and fails on a shortfall.
+pub fn print_outcome(args: &UpArgs, outcome: UpOutcome) -> Result<()> {
     let UpOutcome {
         run,
         reroutes,
         dlr,
         intermediate,
         ft2ei,
-    } = execute(&args)?;
+    } = outcome;
     if args.json {
         let mut json = serde_json::to_value(&run)?;
         json["mechanism"] = args.mechanism.name().into();
@@ -918,7 +929,7 @@ pub struct UpOutcome {
 }
 
 /// The ports of `s`'s neighbouring switches that face it.
-fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
+pub fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
     let me = NodeRef::Switch(s);
     (0..topo.radix(me) as u16)
         .filter_map(|port| topo.peer(PortRef { node: me, port }))
