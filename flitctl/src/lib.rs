@@ -30,5 +30,6 @@ pub mod scenario;
 pub mod session;
 pub mod sim;
 pub mod stall;
+pub mod swarm;
 pub mod topo;
 pub mod up;

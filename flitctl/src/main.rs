@@ -40,7 +40,8 @@ enum Command {
     /// controller loop, no processes, emulated time, the same report;
     /// the same seed gives the same event log (--events). `sim swarm`:
     /// random fault schedules checked against each mechanism's promise.
-    Sim(Box<sim::SimArgs>),
+    #[command(disable_help_flag = true)]
+    Sim(sim::SimArgs),
     /// Compute routing tables, check them, and write them (lft, intervals,
     /// opensm, json).
     Route(route::RouteArgs),
@@ -140,7 +141,7 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => topo::run(cmd),
         Command::Up(args) => up::run(args),
         Command::Chaos(args) => chaos::run(args),
-        Command::Sim(args) => sim::run(*args),
+        Command::Sim(args) => sim::run(args),
         Command::Route(args) => route::run(args),
         Command::Analyze(cmd) => analyze::run(cmd),
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),

@@ -21,15 +21,36 @@ use crate::scenario::{Action, ActionKind, Scenario, Target};
 use crate::session::{traffic_spec, traffic_spec_of, Collected};
 use crate::up::{self, KillBy, Recovery, Transport, UpArgs, UpOutcome};
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, Parser};
 use engine::{Op, Outcome, Plan, RestartTables, Sim, Step};
 use flitnet_core::topology::{FaultSet, NodeRef, Topology};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// `flitctl sim ARGS…`: parsed here rather than by the top-level parser,
+/// because the topology or scenario file is required for a run but not for
+/// `swarm` or `--replay` (see [`SimRun`], [`SwarmCli`]).
 #[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
 pub struct SimArgs {
+    /// FILE [up's flags] | swarm [--runs N --seed S …] | --replay SEED
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
+}
+
+/// `flitctl sim FILE`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "flitctl sim",
+    about = "Run a topology (with up's flags) or a chaos scenario in the deterministic simulator: \
+             the same switch and host state machines and controller loop, no processes, emulated \
+             time, the same report as up or chaos; the same seed gives the same event log (--events).",
+    after_help = "Also:\n  flitctl sim swarm [--runs N] [--seed S] [--jobs J]   random fault schedules checked \
+                  against each mechanism's promise (flitctl sim swarm --help)\n  flitctl sim --replay SEED                            \
+                  one swarm run again, from its seed"
+)]
+pub struct SimRun {
     /// Write the event log here, one JSON record per line (the records of
     /// a live run's events.jsonl, stamped in emulated ns).
     #[arg(long, value_name = "FILE")]
@@ -37,20 +58,65 @@ pub struct SimArgs {
     /// Write the delivered-throughput plot (SVG) here.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// More logging (as `flitctl -v`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// The topology (with `up`'s flags) or a chaos scenario file (it has a
     /// `topology:` key; its own fabric, traffic and timeline are used).
     #[command(flatten)]
     pub up: UpArgs,
 }
 
+/// `flitctl sim swarm`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "flitctl sim swarm",
+    about = "Swarm testing: random fabrics, mechanisms, fault schedules and traffic, each run \
+             checked against what its mechanism promises; a failure prints its seed and a shrunk \
+             schedule (docs/simulation.md)."
+)]
+pub struct SwarmCli {
+    #[command(flatten)]
+    pub swarm: crate::swarm::SwarmArgs,
+}
+
 /// `flitctl sim`.
 pub fn run(args: SimArgs) -> Result<()> {
-    let file = args.up.topology.clone();
+    let words = args.args;
+    match words.first().map(String::as_str) {
+        Some("swarm") => {
+            let cli = SwarmCli::parse_from(
+                std::iter::once("flitctl sim swarm".to_string()).chain(words[1..].iter().cloned()),
+            );
+            return crate::swarm::run(cli.swarm);
+        }
+        Some("--replay") => {
+            let seed = words
+                .get(1)
+                .context("--replay needs the run's SEED")?
+                .parse::<u64>()
+                .context("--replay SEED: a number")?;
+            if words.len() > 2 {
+                bail!("--replay SEED takes nothing else (the seed says everything)");
+            }
+            return crate::swarm::replay(seed);
+        }
+        Some(w) if w.starts_with("--replay=") => {
+            let seed = w["--replay=".len()..]
+                .parse::<u64>()
+                .context("--replay SEED: a number")?;
+            return crate::swarm::replay(seed);
+        }
+        _ => {}
+    }
+    let cli = SimRun::parse_from(std::iter::once("flitctl sim".to_string()).chain(words));
+    let up = cli.up;
+    let file = up.topology.clone();
     if is_scenario(&file)? {
-        refuse_up_flags(&args.up)?;
+        refuse_up_flags(&up)?;
         let scenario = Scenario::load(&file)?;
-        let report = run_scenario(&scenario, args.events.as_deref(), args.plot.as_deref())?;
-        if args.up.json {
+        let report = run_scenario(&scenario, cli.events.as_deref(), cli.plot.as_deref())?;
+        if up.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             print!("{report}");
@@ -64,8 +130,8 @@ pub fn run(args: SimArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let outcome = run_up(&args.up, args.events.as_deref())?;
-    up::print_outcome(&args.up, outcome)
+    let outcome = run_up(&up, cli.events.as_deref())?;
+    up::print_outcome(&up, outcome)
 }
 
 /// A scenario file has a top-level `topology:` key; a topology file never
