@@ -44,7 +44,12 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
                 assert!(a["detection_ms"].is_number(), "{name}: {kind} undetected: {a:#}");
             }
         }
-        if r["mechanism"] == "reroute" || r["mechanism"].as_str().unwrap().starts_with("sbrp") {
+        let kills = actions
+            .iter()
+            .any(|a| a["action"].as_str().unwrap().contains("kill"));
+        let controller = r["mechanism"] == "reroute"
+            || r["mechanism"].as_str().unwrap().starts_with("sbrp");
+        if controller && kills {
             assert!(r["reroutes"].as_u64().unwrap() > 0, "{name}: no re-route: {r:#}");
         }
     }

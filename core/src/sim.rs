@@ -274,8 +274,11 @@ impl<S: Node> Fabric<S> {
                             node: me,
                             port: p as PortNo,
                         };
+                        // Both ends of a one-way cable (RUFT) reach each
+                        // other, as the daemons' UDP peers do: flits go one
+                        // way, credits and keepalives come back.
                         let link = topo.link_at(from)?;
-                        let to = topo.peer(from).filter(|_| topo.can_send(from))?;
+                        let to = topo.peer(from)?;
                         Some(Wire {
                             to: index(to.node),
                             port: to.port,
