@@ -27,7 +27,7 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         assert_eq!(r["promise_kept"], true, "{name}: {r:#}");
         let t = &r["run"]["totals"];
-        assert!(t["messages_sent"].as_u64().unwrap() > 1000, "{name}: {r:#}");
+        assert!(t["messages_sent"].as_u64().unwrap() > 500, "{name}: {r:#}");
         assert!(
             t["messages_delivered"].as_u64().unwrap() > 0,
             "{name}: {r:#}"
@@ -210,4 +210,31 @@ fn up_refuses_a_fabric_the_machine_cannot_hold_at_once() {
         took < std::time::Duration::from_secs(5),
         "the refusal took {took:?}"
     );
+}
+
+/// The CI swarm: a bounded number of random runs (fabrics, mechanisms,
+/// fault schedules, traffic), every one checked against what its mechanism
+/// promises; a violation fails the test with the seed to replay. A seed
+/// documented as outside a mechanism's promise is listed, not failed.
+#[test]
+fn a_bounded_swarm_breaks_no_promise() {
+    let out = flitctl(&[
+        "sim", "swarm", "--runs", "48", "--seed", "20", "--jobs", "2", "--json",
+    ])
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["runs"], 48, "{r:#}");
+    assert!(r["failures"].as_array().unwrap().is_empty(), "{r:#}");
+    assert!(r["errors"].as_array().unwrap().is_empty(), "{r:#}");
+    // The same seed draws the same cases and finds the same.
+    let again = flitctl(&["sim", "--replay", "20"]).unwrap();
+    let again2 = flitctl(&["sim", "--replay", "20"]).unwrap();
+    assert_eq!(again.stdout, again2.stdout);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("swarm-20.yaml"));
 }
