@@ -33,7 +33,10 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
             "{name}: {r:#}"
         );
         assert_eq!(r["run"]["credit_violations"], 0, "{name}: {r:#}");
-        assert!(r["failed_actions"].as_array().unwrap().is_empty(), "{name}: {r:#}");
+        assert!(
+            r["failed_actions"].as_array().unwrap().is_empty(),
+            "{name}: {r:#}"
+        );
         // Every fault of the timeline was seen by a neighbour (or, for a
         // corruption, by the receiving end).
         let actions = r["actions"].as_array().unwrap();
@@ -41,16 +44,22 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
         for a in actions {
             let kind = a["action"].as_str().unwrap();
             if !kind.starts_with("restore") && !kind.starts_with("restart") {
-                assert!(a["detection_ms"].is_number(), "{name}: {kind} undetected: {a:#}");
+                assert!(
+                    a["detection_ms"].is_number(),
+                    "{name}: {kind} undetected: {a:#}"
+                );
             }
         }
         let kills = actions
             .iter()
             .any(|a| a["action"].as_str().unwrap().contains("kill"));
-        let controller = r["mechanism"] == "reroute"
-            || r["mechanism"].as_str().unwrap().starts_with("sbrp");
+        let controller =
+            r["mechanism"] == "reroute" || r["mechanism"].as_str().unwrap().starts_with("sbrp");
         if controller && kills {
-            assert!(r["reroutes"].as_u64().unwrap() > 0, "{name}: no re-route: {r:#}");
+            assert!(
+                r["reroutes"].as_u64().unwrap() > 0,
+                "{name}: no re-route: {r:#}"
+            );
         }
     }
 }
@@ -177,7 +186,10 @@ fn live_only_options_are_refused_by_name() {
     let scenario = workspace_dir().join("topologies/scenarios/kary-4-2-link-flap.yaml");
     for (args, want) in [
         (vec!["sim", t, "--metrics"], "--metrics"),
-        (vec!["sim", t, "--transport", "ethernet"], "--transport ethernet"),
+        (
+            vec!["sim", t, "--transport", "ethernet"],
+            "--transport ethernet",
+        ),
         (vec!["sim", t, "--run-dir", "/tmp/x"], "--run-dir"),
         (
             vec!["sim", scenario.to_str().unwrap(), "--kill-link", "s0-0:4"],

@@ -5,9 +5,9 @@
 //! (the ratio is what to compare across machines). Each workload runs in a
 //! child process of its own, so that its peak resident set is its own.
 
-use crate::sim::engine::{ControllerTiming, Op, Plan, Sim, Step};
 use crate::events::ControllerEvent;
 use crate::fabric::Reconfiguration;
+use crate::sim::engine::{ControllerTiming, Op, Plan, Sim, Step};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::control::{FabricParams, TrafficSpec};
@@ -141,7 +141,8 @@ fn run_one(w: &Workload, queue: Queue) -> Result<Figures> {
         let link = (0..topo.links.len() as u32)
             .find(|&l| {
                 let link = &topo.links[l as usize];
-                matches!(link.a.node, NodeRef::Switch(_)) && matches!(link.b.node, NodeRef::Switch(_))
+                matches!(link.a.node, NodeRef::Switch(_))
+                    && matches!(link.b.node, NodeRef::Switch(_))
             })
             .context("no link between switches")?;
         steps.push(Step {
@@ -321,7 +322,10 @@ pub fn run(args: BenchSimArgs) -> Result<()> {
                 b.run_s,
                 b.peak_rss_bytes as f64 / (1u64 << 20) as f64
             );
-            println!("  ratio  {:.2}× the baseline's flit-hops/s", rate(a) / rate(b));
+            println!(
+                "  ratio  {:.2}× the baseline's flit-hops/s",
+                rate(a) / rate(b)
+            );
         }
     }
     Ok(())

@@ -131,7 +131,12 @@ impl Machine {
         let running = std::fs::read_dir("/proc")
             .map(|d| {
                 d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                    })
                     .count() as u64
             })
             .unwrap_or(0);
@@ -264,8 +269,14 @@ mod tests {
         assert!(refuse.is_empty(), "{refuse:?}");
         let big = Need::of(&kary_ntree(16, 3).unwrap(), Some(200_000), 0.3);
         let (refuse, _) = judge(&big, &m);
-        assert!(refuse.iter().any(|r| r.contains("timers alone")), "{refuse:?}");
-        assert!(refuse.iter().any(|r| r.contains("file descriptors")), "{refuse:?}");
+        assert!(
+            refuse.iter().any(|r| r.contains("timers alone")),
+            "{refuse:?}"
+        );
+        assert!(
+            refuse.iter().any(|r| r.contains("file descriptors")),
+            "{refuse:?}"
+        );
         assert!(refuse.iter().any(|r| r.contains("flit hops")), "{refuse:?}");
     }
 

@@ -836,7 +836,11 @@ pub fn run_scenario(
 }
 
 /// What the mechanism promises, and whether the run kept it.
-pub(crate) fn verdict(promises_delivery: bool, run: &RunReport, acc: &Accounting) -> (String, bool) {
+pub(crate) fn verdict(
+    promises_delivery: bool,
+    run: &RunReport,
+    acc: &Accounting,
+) -> (String, bool) {
     let t = &run.totals;
     if promises_delivery {
         // `lossless` after the losses on cut-off hosts' flows were set

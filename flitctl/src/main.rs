@@ -3,8 +3,8 @@
 
 use clap::{ArgAction, Parser, Subcommand};
 use flitctl::{
-    analyze, analyze_faults, bench, bench_baseline, bench_routes, bench_sim, chaos, compose, reproduce, route,
-    run, sim, topo, up,
+    analyze, analyze_faults, bench, bench_baseline, bench_routes, bench_sim, chaos, compose,
+    reproduce, route, run, sim, topo, up,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -91,7 +91,9 @@ impl TopoSpec {
                 .join(", ")
         };
         match self {
-            TopoSpec::Kary { k, n } => format!("name: swarm\ngenerator: kary-ntree\nk: {k}\nn: {n}\n"),
+            TopoSpec::Kary { k, n } => {
+                format!("name: swarm\ngenerator: kary-ntree\nk: {k}\nn: {n}\n")
+            }
             TopoSpec::Pgft(p) => format!(
                 "name: swarm\ngenerator: pgft\nm: [{}]\nw: [{}]\np: [{}]\n",
                 list(&p.m),
@@ -108,8 +110,8 @@ impl TopoSpec {
     fn draw(rng: &mut ChaCha8Rng) -> TopoSpec {
         match rng.gen_range(0..6) {
             0 => {
-                let (k, n) = [(2, 2), (2, 3), (3, 2), (4, 2), (2, 4), (3, 3), (4, 3)]
-                    [rng.gen_range(0..7)];
+                let (k, n) =
+                    [(2, 2), (2, 3), (3, 2), (4, 2), (2, 4), (3, 3), (4, 3)][rng.gen_range(0..7)];
                 TopoSpec::Kary { k, n }
             }
             1 => {
@@ -206,7 +208,10 @@ impl Case {
         ];
         // Mechanism.
         let (mechanism, mut recovery) = match rng.gen_range(0..10) {
-            _ if ruft => ([Mechanism::None, Mechanism::Reroute][rng.gen_range(0..2)], RecoveryProtocol::None),
+            _ if ruft => (
+                [Mechanism::None, Mechanism::Reroute][rng.gen_range(0..2)],
+                RecoveryProtocol::None,
+            ),
             0..=1 if family_tree => (
                 [
                     Mechanism::Dlr,
@@ -248,7 +253,13 @@ impl Case {
         // Bit permutations need a power-of-two number of hosts.
         let pow2 = topo.num_hosts().is_power_of_two();
         let patterns: &[&str] = if pow2 {
-            &["uniform", "uniform", "bit-reversal", "shuffle", "bit-complement"]
+            &[
+                "uniform",
+                "uniform",
+                "bit-reversal",
+                "shuffle",
+                "bit-complement",
+            ]
         } else {
             &["uniform"]
         };
@@ -444,7 +455,11 @@ impl Case {
     pub fn yaml(&self) -> String {
         let f = &self.file;
         let mut s = String::new();
-        let _ = writeln!(s, "# flitctl sim swarm case {} (flitctl sim --replay {})", self.seed, self.seed);
+        let _ = writeln!(
+            s,
+            "# flitctl sim swarm case {} (flitctl sim --replay {})",
+            self.seed, self.seed
+        );
         let _ = writeln!(s, "topology: topology.yaml");
         let _ = writeln!(s, "mechanism: {}", f.mechanism.name());
         if f.recovery_protocol.is_on() {
@@ -624,7 +639,11 @@ pub fn run_seed(seed: u64, i: u64) -> u64 {
 /// A smaller case that still fails: faults dropped one at a time (a
 /// repair goes with its fault), then the traffic shortened.
 pub fn shrink(case: &Case) -> Case {
-    let fails = |c: &Case| check(c).map(|(v, _)| !v.violations.is_empty()).unwrap_or(false);
+    let fails = |c: &Case| {
+        check(c)
+            .map(|(v, _)| !v.violations.is_empty())
+            .unwrap_or(false)
+    };
     let mut best = case.clone();
     let mut i = 0;
     while i < best.timeline.len() {
@@ -728,7 +747,8 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                     let (v, _) = check(&c)?;
                     Ok((c, v))
                 });
-                let failed = !matches!(&r, Ok((_, v)) if v.violations.is_empty() || v.explained.is_some());
+                let failed =
+                    !matches!(&r, Ok((_, v)) if v.violations.is_empty() || v.explained.is_some());
                 if failed && args.fail_fast {
                     stop.store(true, std::sync::atomic::Ordering::Relaxed);
                 }

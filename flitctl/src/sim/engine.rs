@@ -15,8 +15,8 @@ use crate::up::compute_routes;
 use anyhow::{bail, Context, Result};
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
-    EventKind, FabricParams, HostDaemonReport, HostLinkReport, LinkDriver, LinkState,
-    SwitchReport, TrafficSpec,
+    EventKind, FabricParams, HostDaemonReport, HostLinkReport, LinkDriver, LinkState, SwitchReport,
+    TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::retained::ReleasePolicy;
@@ -71,7 +71,10 @@ pub enum Op {
     /// A stopped switch starts again: fresh state, a new link epoch, and
     /// `tables` (`Current`: the controller's tables now; `Initial`: the
     /// run's first tables).
-    Restart { switch: SwitchId, tables: RestartTables },
+    Restart {
+        switch: SwitchId,
+        tables: RestartTables,
+    },
     /// The next `count` datagrams sent from `end` are damaged.
     Corrupt { end: PortRef, count: u32 },
     /// `end` stops (resumes) returning credits.
@@ -677,7 +680,14 @@ impl<'p> Sim<'p> {
             engine: tables.engine.clone(),
             failed_links: Some(failed_links),
             total_ms: Some(self.now().saturating_sub(started) as f64 / 1e6),
-            reconfiguration: Some(if quiesce.is_some() { "quiesced" } else { "live" }.into()),
+            reconfiguration: Some(
+                if quiesce.is_some() {
+                    "quiesced"
+                } else {
+                    "live"
+                }
+                .into(),
+            ),
             quiesce,
             ..RoutesInstalled::default()
         };
@@ -794,10 +804,8 @@ impl<'p> Sim<'p> {
             if !self.fabric.is_running(NodeRef::Switch(s as u32)) {
                 continue;
             }
-            self.fabric.switches[s].install_table(
-                tables.switches[s].clone(),
-                tables.vc_policy(s).clone(),
-            );
+            self.fabric.switches[s]
+                .install_table(tables.switches[s].clone(), tables.vc_policy(s).clone());
             self.fabric.touch(NodeRef::Switch(s as u32));
             self.observe(h + s);
         }
@@ -1064,7 +1072,11 @@ impl<'p> Sim<'p> {
             self.record_at(0, ControllerEvent::Ft2eiDynConfigured { config: c });
         }
         // Bring-up: the links find their peers before traffic starts.
-        let bring_up = plan.params.keepalive_interval_ns.min(1_000_000).max(100_000);
+        let bring_up = plan
+            .params
+            .keepalive_interval_ns
+            .min(1_000_000)
+            .max(100_000);
         self.fabric.wake_all();
         for i in 0..self.shells.len() {
             self.observe(i);
@@ -1077,7 +1089,8 @@ impl<'p> Sim<'p> {
             h.start(start);
         }
         self.fabric.wake_all();
-        let start_record = self.record_at(start, ControllerEvent::traffic_started(&plan.spec.pattern));
+        let start_record =
+            self.record_at(start, ControllerEvent::traffic_started(&plan.spec.pattern));
         let _ = start_record;
         let duration = plan.spec.duration_ns;
         let sample_every = 100_000_000u64;
@@ -1133,7 +1146,10 @@ impl<'p> Sim<'p> {
             // Seed 004: once the hosts route around the faults, old packets
             // settle; drops are counted from then on (as `up` does).
             let left = end.saturating_sub(t);
-            marks.push(((t + (left / 2).min(500_000_000 + INSTALL_DELAY_NS)).min(end), 1));
+            marks.push((
+                (t + (left / 2).min(500_000_000 + INSTALL_DELAY_NS)).min(end),
+                1,
+            ));
         }
         marks.sort();
         for (t, what) in marks {
@@ -1164,7 +1180,15 @@ impl<'p> Sim<'p> {
         }
         self.run_to(end);
         if !plan.drain {
-            return Ok(self.outcome(None, settled, samples, step_records, reroutes_before, drops_at_switchover, start));
+            return Ok(self.outcome(
+                None,
+                settled,
+                samples,
+                step_records,
+                reroutes_before,
+                drops_at_switchover,
+                start,
+            ));
         }
         // Drain (report::drain_watch in emulated time).
         let until_released = plan.params.recovery.is_on();
@@ -1194,8 +1218,7 @@ impl<'p> Sim<'p> {
                 stable_since = self.now();
             }
             let quiet = self.now() - stable_since;
-            let settled_now =
-                drained && released && (delivered >= sent || quiet > 500_000_000);
+            let settled_now = drained && released && (delivered >= sent || quiet > 500_000_000);
             let stalled = (!drained && quiet >= quiet_limit).then_some(quiet);
             if (stalled.is_some() && !until_released) || settled_now || self.now() >= deadline {
                 break stalled;
@@ -1282,11 +1305,8 @@ impl<'p> Sim<'p> {
 fn fresh_switch(plan: &Plan, s: SwitchId, epoch: u16, tables: &RoutingTables) -> Result<Switch> {
     let topo = &plan.topo;
     let ports = &topo.switches[s as usize].ports;
-    let mut sw = Switch::with_epoch(
-        plan.params.switch_config(ports.len(), &SIM_DRIVER),
-        epoch,
-    )
-    .with_context(|| format!("switch {}", topo.node_name(NodeRef::Switch(s))))?;
+    let mut sw = Switch::with_epoch(plan.params.switch_config(ports.len(), &SIM_DRIVER), epoch)
+        .with_context(|| format!("switch {}", topo.node_name(NodeRef::Switch(s))))?;
     sw.set_recovery(plan.params.recovery);
     sw.set_head_of_queue_lifetime(plan.params.head_of_queue_lifetime_ns);
     for (port, cable) in ports.iter().enumerate() {
@@ -1305,7 +1325,10 @@ fn fresh_switch(plan: &Plan, s: SwitchId, epoch: u16, tables: &RoutingTables) ->
         sw.set_ft2ei_dyn(Some(st))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    sw.install_table(tables.switches[s as usize].clone(), tables.vc_policy(s as usize).clone());
+    sw.install_table(
+        tables.switches[s as usize].clone(),
+        tables.vc_policy(s as usize).clone(),
+    );
     // Drain the events the configuration raised (port-downs of uncabled
     // ports): a daemon raises them before it reports to anyone.
     while sw.poll_event().is_some() {}

@@ -202,7 +202,9 @@ fn open_events(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write>>> {
 fn step_of(topo: &Topology, a: &Action) -> Step {
     let ops = match (a.kind, a.target) {
         (ActionKind::KillLink, Target::Link { link, .. }) => vec![Op::SetLink { link, up: false }],
-        (ActionKind::RestoreLink, Target::Link { link, .. }) => vec![Op::SetLink { link, up: true }],
+        (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+            vec![Op::SetLink { link, up: true }]
+        }
         (ActionKind::Corrupt, Target::Link { end, .. }) => vec![Op::Corrupt {
             end,
             count: a.count,
@@ -288,7 +290,13 @@ pub fn run_scenario(
     let sink = open_events(events)?;
     let unreachable = chaos::cut_off_hosts(&scenario.topo, &scenario.actions);
     let out = Sim::new(&plan, sink)?.run(&unreachable)?;
-    Ok(chaos_report(scenario, &plan, &out, &unreachable, plot_path)?)
+    Ok(chaos_report(
+        scenario,
+        &plan,
+        &out,
+        &unreachable,
+        plot_path,
+    )?)
 }
 
 /// `chaos`'s report of a simulated scenario run.
@@ -407,11 +415,7 @@ pub fn chaos_report(
             .map(|(_, r)| r.endpoint.sbrp.resent_packets)
             .sum(),
         reroutes: out.reroutes,
-        local_reroutes: out
-            .switches
-            .iter()
-            .map(|(_, r)| r.counters.reroutes)
-            .sum(),
+        local_reroutes: out.switches.iter().map(|(_, r)| r.counters.reroutes).sum(),
         failed_actions,
         throughput,
         plot,
