@@ -687,7 +687,16 @@ pub fn shrink(case: &Case) -> Case {
     best
 }
 
-fn describe_failure(v: &Verdict, case: &Case, out: Option<&PathBuf>) -> Result<String> {
+/// Failures shrunk per swarm (each shrink re-runs the case a few times);
+/// later ones are listed with their seed for `--replay`.
+const SHRINK_AT_MOST: usize = 10;
+
+fn describe_failure(
+    v: &Verdict,
+    case: &Case,
+    out: Option<&PathBuf>,
+    shrink_it: bool,
+) -> Result<String> {
     let mut s = String::new();
     match &v.explained {
         Some(why) => {
@@ -699,6 +708,14 @@ fn describe_failure(v: &Verdict, case: &Case, out: Option<&PathBuf>) -> Result<S
     }
     for x in &v.violations {
         let _ = writeln!(s, "  violated {x}");
+    }
+    if !shrink_it {
+        let _ = writeln!(
+            s,
+            "  replay with: flitctl sim --replay {} (not shrunk: {SHRINK_AT_MOST} were)",
+            v.seed
+        );
+        return Ok(s);
     }
     let small = shrink(case);
     let _ = writeln!(
@@ -765,7 +782,8 @@ pub fn run(args: SwarmArgs) -> Result<()> {
     for (_, seed, r) in &results {
         match r {
             Ok((case, v)) if !v.violations.is_empty() => {
-                text.push_str(&describe_failure(v, case, args.out.as_ref())?);
+                let shrink_it = failures.len() + explained.len() < SHRINK_AT_MOST;
+                text.push_str(&describe_failure(v, case, args.out.as_ref(), shrink_it)?);
                 if v.explained.is_some() {
                     explained.push(v.clone());
                 } else {
