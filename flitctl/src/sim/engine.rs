@@ -1072,11 +1072,7 @@ impl<'p> Sim<'p> {
             self.record_at(0, ControllerEvent::Ft2eiDynConfigured { config: c });
         }
         // Bring-up: the links find their peers before traffic starts.
-        let bring_up = plan
-            .params
-            .keepalive_interval_ns
-            .min(1_000_000)
-            .max(100_000);
+        let bring_up = plan.params.keepalive_interval_ns.clamp(100_000, 1_000_000);
         self.fabric.wake_all();
         for i in 0..self.shells.len() {
             self.observe(i);
@@ -1211,7 +1207,7 @@ impl<'p> Sim<'p> {
             let released = !until_released
                 || (0..hosts.len()).filter(|&h| reachable(h)).all(|h| {
                     let r = &hosts[h];
-                    r.source().retained().len() == 0 && r.recovery_in_progress() == 0
+                    r.source().retained().is_empty() && r.recovery_in_progress() == 0
                 });
             if delivered != last_delivered {
                 last_delivered = delivered;
