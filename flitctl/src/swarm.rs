@@ -520,9 +520,9 @@ pub struct Verdict {
 }
 
 /// A switch SIGKILLed and restarted before its neighbours' keepalive
-/// timeout under SBRP: the neighbours never see it go, keep sending to the
-/// dead incarnation, and SBRP has no cut to recover from (docs/sbrp.md,
-/// "Still open").
+/// timeout: the neighbours never see it go and keep sending to the dead
+/// incarnation; SBRP has no cut to recover from, and without SBRP a worm
+/// the restart cut can hold its path (docs/sbrp.md, "Still open").
 fn restart_before_detection(case: &Case) -> bool {
     let dead = case.file.fabric.dead_after.0;
     case.timeline.iter().any(|(at, kind, target, _)| {
@@ -601,8 +601,8 @@ pub fn check(case: &Case) -> Result<(Verdict, crate::chaos::ChaosReport)> {
         report.reroutes,
         report.packets_resent
     );
-    let explained = (!violations.is_empty() && sbrp && restart_before_detection(case)).then(|| {
-        "a switch restarted faster than keepalive detection under SBRP (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string()
+    let explained = (!violations.is_empty() && restart_before_detection(case)).then(|| {
+        "a switch restarted faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string()
     });
     Ok((
         Verdict {
