@@ -37,16 +37,17 @@ impl Node for Switch {
     }
 }
 
-/// A host has one port (0).
+/// A host sends on port 0; a host on one-way links (RUFT) receives on its
+/// receive port.
 impl Node for HostEndpoint {
-    fn handle_datagram(&mut self, now: u64, _port: PortNo, data: Bytes) {
-        self.handle_datagram_bytes(now, data);
+    fn handle_datagram(&mut self, now: u64, port: PortNo, data: Bytes) {
+        self.handle_datagram_bytes_on(now, port, data);
     }
     fn handle_timeout(&mut self, now: u64) {
         HostEndpoint::handle_timeout(self, now);
     }
     fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
-        HostEndpoint::poll_transmit(self, now, out).then_some(0)
+        HostEndpoint::poll_transmit_port(self, now, out)
     }
     fn poll_timeout(&self) -> Option<u64> {
         HostEndpoint::poll_timeout(self)

@@ -12,7 +12,7 @@ use crate::link;
 use crate::node::Node;
 use crate::routing::{Lft, RoutingTables, SwitchTable};
 use crate::switch::{Switch, SwitchConfig, SwitchTiming, Switching};
-use crate::topology::{FaultSet, NodeRef, PortNo, PortRef, SwitchId, Topology};
+use crate::topology::{FaultSet, LinkId, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use bytes::Bytes;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -29,34 +29,162 @@ enum EventKind {
     Wake { node: usize },
 }
 
-/// A binary heap of (time, insertion number) events: ties are broken by
-/// insertion order, which the single-threaded simulation makes repeatable.
-#[derive(Debug, Default)]
+/// One queued event: ordered by (time, insertion number), which the
+/// single-threaded simulation makes repeatable.
+type Entry = (u64, u64, EventKind);
+
+/// Which event queue a fabric uses. Both pop events in the same (time,
+/// insertion number) order, so a run's results do not depend on it; the
+/// wheel is the faster (`flitctl bench sim` measures both).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueKind {
+    /// A timing wheel: one bucket per [`WHEEL_SLOT_NS`] over a horizon of
+    /// [`WHEEL_SLOTS`] buckets, a small heap for the current bucket, a heap
+    /// for what lies beyond the horizon.
+    #[default]
+    Wheel,
+    /// One binary heap of every event.
+    Heap,
+}
+
+/// Width of one timing-wheel bucket, ns: about a flit time on the fastest
+/// links simulated, so that a bucket holds a few events per node.
+pub const WHEEL_SLOT_NS: u64 = 1 << 10;
+/// Buckets on the wheel (horizon ≈ 4.2 ms: keepalives and most timers
+/// land on it; longer timers wait in the far heap).
+pub const WHEEL_SLOTS: usize = 4096;
+
+/// The simulator's event queue ([`QueueKind`]).
+#[derive(Debug)]
 pub struct Scheduler {
-    heap: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
+    kind: QueueKind,
+    /// Heap: every event. Wheel: the events before `near_end`.
+    near: BinaryHeap<Reverse<Entry>>,
+    /// Wheel: end (exclusive) of the current bucket.
+    near_end: u64,
+    /// Wheel: bucket `(t / WHEEL_SLOT_NS) % WHEEL_SLOTS` holds the events of
+    /// [near_end, horizon) in that slot, unordered.
+    buckets: Vec<Vec<Entry>>,
+    /// Events in `buckets`.
+    on_wheel: usize,
+    /// Wheel: the events at or beyond the horizon.
+    far: BinaryHeap<Reverse<Entry>>,
     next_seq: u64,
+    len: usize,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler::new(QueueKind::default())
+    }
 }
 
 impl Scheduler {
+    pub fn new(kind: QueueKind) -> Self {
+        Scheduler {
+            kind,
+            near: BinaryHeap::new(),
+            near_end: WHEEL_SLOT_NS,
+            buckets: match kind {
+                QueueKind::Wheel => (0..WHEEL_SLOTS).map(|_| Vec::new()).collect(),
+                QueueKind::Heap => Vec::new(),
+            },
+            on_wheel: 0,
+            far: BinaryHeap::new(),
+            next_seq: 0,
+            len: 0,
+        }
+    }
+
+    fn horizon(&self) -> u64 {
+        self.near_end + (WHEEL_SLOTS as u64 - 1) * WHEEL_SLOT_NS
+    }
+
+    fn slot(t: u64) -> usize {
+        (t / WHEEL_SLOT_NS) as usize % WHEEL_SLOTS
+    }
+
+    fn place(&mut self, e: Entry) {
+        if self.kind == QueueKind::Heap || e.0 < self.near_end {
+            self.near.push(Reverse(e));
+        } else if e.0 < self.horizon() {
+            self.buckets[Self::slot(e.0)].push(e);
+            self.on_wheel += 1;
+        } else {
+            self.far.push(Reverse(e));
+        }
+    }
+
     fn push(&mut self, at: u64, kind: EventKind) {
-        self.heap.push(Reverse((at, self.next_seq, kind)));
+        let e = (at, self.next_seq, kind);
         self.next_seq += 1;
+        self.len += 1;
+        self.place(e);
+    }
+
+    /// Wheel: turns until the current bucket holds an event (or nothing is
+    /// queued).
+    fn advance(&mut self) {
+        while self.near.is_empty() && self.len > 0 {
+            if self.on_wheel == 0 {
+                // Nothing on the wheel: jump to the far heap's first event.
+                let Some(Reverse(first)) = self.far.peek() else {
+                    return;
+                };
+                let t = first.0;
+                self.near_end = (t / WHEEL_SLOT_NS + 1) * WHEEL_SLOT_NS;
+            } else {
+                self.near_end += WHEEL_SLOT_NS;
+            }
+            // The bucket of [near_end - slot, near_end) becomes current.
+            let slot = Self::slot(self.near_end - WHEEL_SLOT_NS);
+            let bucket = std::mem::take(&mut self.buckets[slot]);
+            self.on_wheel -= bucket.len();
+            let mut spare = bucket;
+            self.near.extend(spare.drain(..).map(Reverse));
+            self.buckets[slot] = spare;
+            // The horizon moved: bring what it now covers off the far heap.
+            let horizon = self.horizon();
+            while self.far.peek().is_some_and(|Reverse(e)| e.0 < horizon) {
+                let Some(Reverse(e)) = self.far.pop() else {
+                    break;
+                };
+                self.place(e);
+            }
+        }
+    }
+
+    fn pop_entry(&mut self) -> Option<Entry> {
+        if self.kind == QueueKind::Wheel {
+            self.advance();
+        }
+        let Reverse(e) = self.near.pop()?;
+        self.len -= 1;
+        Some(e)
     }
 
     fn pop(&mut self) -> Option<(u64, EventKind)> {
-        self.heap.pop().map(|Reverse((t, _, k))| (t, k))
+        if self.kind == QueueKind::Wheel {
+            self.advance();
+        }
+        let Reverse((t, _, k)) = self.near.pop()?;
+        self.len -= 1;
+        Some((t, k))
     }
 
-    fn peek_time(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    fn peek_time(&mut self) -> Option<u64> {
+        if self.kind == QueueKind::Wheel {
+            self.advance();
+        }
+        self.near.peek().map(|Reverse((t, _, _))| *t)
     }
 
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len == 0
     }
 }
 
@@ -104,6 +232,27 @@ pub struct Fabric<S: Node> {
     /// When set, every datagram sent is recorded here: (time, sending
     /// port, bytes), for tests that check what went on the wire.
     pub wire_log: Option<Vec<(u64, PortRef, Bytes)>>,
+    /// Where each port of each node (by index) sends: the cabling resolved
+    /// once, so that a datagram costs no topology lookup.
+    wires: Vec<Vec<Option<Wire>>>,
+    /// Nodes running (a stopped node neither hears nor sends: a killed
+    /// process, [`Fabric::set_running`]).
+    running: Vec<bool>,
+    /// Links whose cable is pulled: what is sent on them vanishes
+    /// ([`Fabric::set_cable`]), as on a veth pair whose carrier is down.
+    cut: Vec<bool>,
+    /// Datagrams that reached a stopped node, or vanished on a pulled cable.
+    pub lost_to_stopped: u64,
+    pub lost_on_cut: u64,
+}
+
+/// One end of a cable as seen from the sender: the receiving node's index
+/// and port, and the link.
+#[derive(Clone, Copy, Debug)]
+struct Wire {
+    to: usize,
+    port: PortNo,
+    link: LinkId,
 }
 
 impl<S: Node> Fabric<S> {
@@ -111,6 +260,38 @@ impl<S: Node> Fabric<S> {
     /// by `topo`'s cables.
     pub fn new(topo: Topology, hosts: Vec<HostEndpoint>, switches: Vec<S>, wire_ns: u64) -> Self {
         let n = hosts.len() + switches.len();
+        let index = |r: NodeRef| match r {
+            NodeRef::Host(h) => h as usize,
+            NodeRef::Switch(s) => hosts.len() + s as usize,
+        };
+        let wires = (0..n)
+            .map(|i| {
+                let me = if i < hosts.len() {
+                    NodeRef::Host(i as u32)
+                } else {
+                    NodeRef::Switch((i - hosts.len()) as u32)
+                };
+                (0..topo.radix(me))
+                    .map(|p| {
+                        let from = PortRef {
+                            node: me,
+                            port: p as PortNo,
+                        };
+                        // Both ends of a one-way cable (RUFT) reach each
+                        // other, as the daemons' UDP peers do: flits go one
+                        // way, credits and keepalives come back.
+                        let link = topo.link_at(from)?;
+                        let to = topo.peer(from)?;
+                        Some(Wire {
+                            to: index(to.node),
+                            port: to.port,
+                            link,
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let links = topo.links.len();
         Fabric {
             topo,
             hosts,
@@ -126,13 +307,70 @@ impl<S: Node> Fabric<S> {
             corrupt_left: Default::default(),
             corrupted: 0,
             wire_log: None,
+            wires,
+            running: vec![true; n],
+            cut: vec![false; links],
+            lost_to_stopped: 0,
+            lost_on_cut: 0,
         }
+    }
+
+    /// Stops node `n` (a killed process: what reaches it is lost, it sends
+    /// nothing, its timers never fire) or lets it run again (after a
+    /// restart put a fresh node in its place, or after a pause).
+    pub fn set_running(&mut self, n: NodeRef, running: bool) {
+        let i = self.index(n);
+        self.running[i] = running;
+        if running {
+            self.wake_at[i] = None;
+            self.flush(i);
+        }
+    }
+
+    pub fn is_running(&self, n: NodeRef) -> bool {
+        self.running[self.index(n)]
+    }
+
+    /// Pulls link `l`'s cable (`connected` false: everything sent on it in
+    /// either direction vanishes, and its ends notice only by their peer's
+    /// silence) or plugs it back.
+    pub fn set_cable(&mut self, l: LinkId, connected: bool) {
+        self.cut[l as usize] = !connected;
+    }
+
+    /// Moves every queued event to a queue of `kind` (same order).
+    pub fn set_queue(&mut self, kind: QueueKind) {
+        let mut q = Scheduler::new(kind);
+        let mut old = std::mem::replace(&mut self.sched, Scheduler::new(kind));
+        q.next_seq = old.next_seq;
+        // Re-queue with the original insertion numbers.
+        while let Some(e) = old.pop_entry() {
+            q.len += 1;
+            q.place(e);
+        }
+        self.sched = q;
+    }
+
+    /// Lets node `n` send what it has now and re-arms its wake-up, after
+    /// the caller acted on it directly (a port set down, a table
+    /// installed, injection paused).
+    pub fn touch(&mut self, n: NodeRef) {
+        let i = self.index(n);
+        self.flush(i);
+    }
+
+    /// The node at index `i` (hosts first, then switches).
+    pub fn node_ref_of(&self, i: usize) -> NodeRef {
+        self.node_ref(i)
     }
 
     /// Damages the next `count` datagrams `from` sends (one byte flipped,
     /// as `switchd`'s corrupt fault does): the receiver's CRC check
     /// rejects them.
     pub fn corrupt(&mut self, from: PortRef, count: u32) {
+        if count == 0 {
+            return;
+        }
         *self.corrupt_left.entry(from).or_default() += count;
     }
 
@@ -167,31 +405,48 @@ impl<S: Node> Fabric<S> {
 
     /// Sends everything node `i` has to send now, then arms its next wake-up.
     fn flush(&mut self, i: usize) {
+        if !self.running[i] {
+            return;
+        }
         let now = self.now;
-        let me = self.node_ref(i);
         let mut buf = std::mem::take(&mut self.buf);
+        let corrupting = !self.corrupt_left.is_empty();
         while let Some(port) = self.node(i).poll_transmit(now, &mut buf) {
             self.datagrams += 1;
-            let from = PortRef { node: me, port };
-            if let Some(left) = self.corrupt_left.get_mut(&from).filter(|l| **l > 0) {
-                *left -= 1;
-                self.corrupted += 1;
-                if let Some(b) = buf.last_mut() {
-                    *b ^= 0xa5;
+            if corrupting {
+                let from = PortRef {
+                    node: self.node_ref(i),
+                    port,
+                };
+                if let Some(left) = self.corrupt_left.get_mut(&from) {
+                    *left -= 1;
+                    if *left == 0 {
+                        self.corrupt_left.remove(&from);
+                    }
+                    self.corrupted += 1;
+                    if let Some(b) = buf.last_mut() {
+                        *b ^= 0xa5;
+                    }
                 }
             }
-            match self.topo.peer(from).filter(|_| self.topo.can_send(from)) {
-                Some(to) => {
-                    let node = self.index(to.node);
+            match self.wires[i].get(port as usize).copied().flatten() {
+                Some(w) if self.cut[w.link as usize] => self.lost_on_cut += 1,
+                Some(w) => {
                     let data = Bytes::copy_from_slice(&buf);
-                    if let Some(log) = self.wire_log.as_mut() {
-                        log.push((now, from, data.clone()));
+                    if self.wire_log.is_some() {
+                        let from = PortRef {
+                            node: self.node_ref(i),
+                            port,
+                        };
+                        if let Some(log) = self.wire_log.as_mut() {
+                            log.push((now, from, data.clone()));
+                        }
                     }
                     self.sched.push(
                         now + self.wire_ns,
                         EventKind::Arrive {
-                            node,
-                            port: to.port,
+                            node: w.to,
+                            port: w.port,
                             data,
                         },
                     );
@@ -233,6 +488,13 @@ impl<S: Node> Fabric<S> {
 
     /// Processes events up to time `until` (inclusive).
     pub fn run_until(&mut self, until: u64) {
+        self.run_until_observed(until, |_, _| {});
+    }
+
+    /// [`Fabric::run_until`], calling `after(self, i)` once node `i` has
+    /// handled an event and sent what it had (to drain the events it
+    /// raised at the instant it raised them).
+    pub fn run_until_observed<F: FnMut(&mut Self, usize)>(&mut self, until: u64, mut after: F) {
         while let Some(t) = self.sched.peek_time() {
             if t > until {
                 break;
@@ -245,12 +507,19 @@ impl<S: Node> Fabric<S> {
             let now = self.now;
             let i = match kind {
                 EventKind::Arrive { node, port, data } => {
+                    if !self.running[node] {
+                        self.lost_to_stopped += 1;
+                        continue;
+                    }
                     self.node(node).handle_datagram(now, port, data);
                     node
                 }
                 EventKind::Wake { node } => {
                     if self.wake_at[node] == Some(t) {
                         self.wake_at[node] = None;
+                    }
+                    if !self.running[node] {
+                        continue;
                     }
                     if self.node(node).poll_timeout().is_some_and(|d| d <= now) {
                         self.node(node).handle_timeout(now);
@@ -259,8 +528,14 @@ impl<S: Node> Fabric<S> {
                 }
             };
             self.flush(i);
+            after(self, i);
         }
         self.now = self.now.max(until);
+    }
+
+    /// The time of the next event, if any.
+    pub fn next_event_time(&mut self) -> Option<u64> {
+        self.sched.peek_time()
     }
 
     /// Runs until every host has sent everything and no flit has been

@@ -170,11 +170,11 @@ pub struct ChaosReport {
 }
 
 /// Applied action and the controller's record of it.
-struct Applied {
-    action: Action,
-    record: Record,
+pub(crate) struct Applied {
+    pub(crate) action: Action,
+    pub(crate) record: Record,
     /// See [`ActionTiming::local_reroutes_before`].
-    local_reroutes_before: Option<u64>,
+    pub(crate) local_reroutes_before: Option<u64>,
 }
 
 /// Cumulative host delivery counters, sampled while traffic runs.
@@ -360,7 +360,7 @@ impl Chaos<'_> {
 
 /// Detection and installation times of every applied action, from the
 /// event log.
-fn timings(
+pub(crate) fn timings(
     topo: &Topology,
     applied: &[Applied],
     records: &[Record],
@@ -531,7 +531,7 @@ fn add_switch_losses(acc: &mut Accounting, reports: &[&SwitchReport]) {
 }
 
 /// Every flit the switches counted as lost, for the after-repair check.
-fn flits_lost_total(reports: &[(NodeRef, SwitchReport)]) -> u64 {
+pub(crate) fn flits_lost_total(reports: &[(NodeRef, SwitchReport)]) -> u64 {
     let mut acc = Accounting::default();
     add_switch_losses(
         &mut acc,
@@ -540,7 +540,7 @@ fn flits_lost_total(reports: &[(NodeRef, SwitchReport)]) -> u64 {
     acc.dropped_flits.values().sum::<u64>() + acc.link_lost_flits
 }
 
-fn accounting(
+pub(crate) fn accounting(
     run: &RunReport,
     collected: &Collected,
     retired: &[SwitchReport],
@@ -573,7 +573,7 @@ fn accounting(
 /// Hosts cut off from the main part of the fabric at any point of the
 /// schedule: the faults of `actions` are replayed in order (repairs undo
 /// them) and every intermediate state's cut-off hosts are collected.
-fn cut_off_hosts<'a>(
+pub(crate) fn cut_off_hosts<'a>(
     topo: &Topology,
     actions: impl IntoIterator<Item = &'a Action>,
 ) -> BTreeSet<NodeRef> {
@@ -852,7 +852,11 @@ pub fn run_scenario(
 }
 
 /// What the mechanism promises, and whether the run kept it.
-fn verdict(promises_delivery: bool, run: &RunReport, acc: &Accounting) -> (String, bool) {
+pub(crate) fn verdict(
+    promises_delivery: bool,
+    run: &RunReport,
+    acc: &Accounting,
+) -> (String, bool) {
     let t = &run.totals;
     if promises_delivery {
         // `lossless` after the losses on cut-off hosts' flows were set

@@ -3,7 +3,8 @@
 
 use clap::{ArgAction, Parser, Subcommand};
 use flitctl::{
-    analyze, bench, bench_baseline, bench_routes, chaos, compose, reproduce, route, run, topo, up,
+    analyze, bench, bench_baseline, bench_routes, bench_sim, chaos, compose, reproduce, route, run,
+    sim, topo, up,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,13 @@ enum Command {
     /// timeline (or at random), the controller re-routing, and a report of
     /// detection and recovery times and of every lost message.
     Chaos(chaos::ChaosArgs),
+    /// Run a topology (with `up`'s flags) or a chaos scenario in the
+    /// deterministic simulator: the same switch and host state machines and
+    /// controller loop, no processes, emulated time, the same report;
+    /// the same seed gives the same event log (--events). `sim swarm`:
+    /// random fault schedules checked against each mechanism's promise.
+    #[command(disable_help_flag = true)]
+    Sim(sim::SimArgs),
     /// Compute routing tables, check them, and write them (lft, intervals,
     /// opensm, json).
     Route(route::RouteArgs),
@@ -89,6 +97,10 @@ enum BenchCommand {
     /// daemons and by the simulator; accepted throughput and latency with
     /// ratios, and the live run's fidelity verdict and dilation.
     Fidelity(flitctl::bench_fidelity::BenchFidelityArgs),
+    /// Simulator speed: flit hops and events per second and peak memory
+    /// for a 4-ary 2-tree, an 8-ary 3-tree and the 8,640-host PGFT, the
+    /// timing-wheel queue against the binary heap in the same run.
+    Sim(bench_sim::BenchSimArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -135,6 +147,7 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => topo::run(cmd),
         Command::Up(args) => up::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Sim(args) => sim::run(args),
         Command::Route(args) => route::run(args),
         Command::Analyze(cmd) => analyze::run(cmd),
         Command::Bench(BenchCommand::Datapath(args)) => bench::run_datapath(args),
@@ -143,6 +156,7 @@ fn main() -> ExitCode {
             flitctl::bench_saturation::run_saturation(args)
         }
         Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
+        Command::Bench(BenchCommand::Sim(args)) => bench_sim::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Compose(args) => compose::run(args),

@@ -335,6 +335,10 @@ pub struct UpArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Start the fabric even when the capacity check says this machine
+    /// cannot hold it (`up` only).
+    #[arg(long)]
+    pub force: bool,
     /// Progress lines on stderr once a second during the traffic phase:
     /// auto = when stderr is a terminal.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
@@ -359,6 +363,32 @@ pub enum KillBy {
 pub enum Recovery {
     Reroute,
     None,
+}
+
+/// The dynamic FT²EI configuration `args` select, refused unless the run
+/// routes with the FT²EI interval tables and leaves re-routing to it.
+pub fn check_ft2ei_dyn(
+    args: &UpArgs,
+    topo: &Topology,
+) -> Result<Option<flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig>> {
+    let ft2ei_dyn = args.mechanism.ft2ei_dyn(topo)?;
+    if ft2ei_dyn.is_some() {
+        if args.engine != "ft2ei" || args.tables.is_some() {
+            bail!(
+                "--mechanism {} routes with the FT²EI interval tables: run with \
+                 --engine ft2ei and no --tables",
+                args.mechanism
+            );
+        }
+        if args.recovery != Recovery::None {
+            bail!(
+                "--mechanism {} reconfigures the switches by itself: run with \
+                 --recovery none (a controller re-route would hide it)",
+                args.mechanism
+            );
+        }
+    }
+    Ok(ft2ei_dyn)
 }
 
 /// Why a run that did not deliver everything it generated failed, or
@@ -390,13 +420,20 @@ pub fn shortfall(run: &RunReport) -> Option<String> {
 }
 
 pub fn run(args: UpArgs) -> Result<()> {
+    crate::capacity::check_up(&args)?;
+    let outcome = execute(&args)?;
+    print_outcome(&args, outcome)
+}
+
+/// Prints what `up` (or `sim` on a topology) did, and fails on a shortfall.
+pub fn print_outcome(args: &UpArgs, outcome: UpOutcome) -> Result<()> {
     let UpOutcome {
         run,
         reroutes,
         dlr,
         intermediate,
         ft2ei,
-    } = execute(&args)?;
+    } = outcome;
     if args.json {
         let mut json = serde_json::to_value(&run)?;
         json["mechanism"] = args.mechanism.name().into();
@@ -475,7 +512,7 @@ pub struct UpOutcome {
 }
 
 /// The ports of `s`'s neighbouring switches that face it.
-fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
+pub fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
     let me = NodeRef::Switch(s);
     (0..topo.radix(me) as u16)
         .filter_map(|port| topo.peer(PortRef { node: me, port }))
@@ -582,23 +619,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         },
     };
     let dlr = args.mechanism.dlr(&topo)?;
-    let ft2ei_dyn = args.mechanism.ft2ei_dyn(&topo)?;
-    if ft2ei_dyn.is_some() {
-        if args.engine != "ft2ei" || args.tables.is_some() {
-            bail!(
-                "--mechanism {} routes with the FT²EI interval tables: run with \
-                 --engine ft2ei and no --tables",
-                args.mechanism
-            );
-        }
-        if args.recovery != Recovery::None {
-            bail!(
-                "--mechanism {} reconfigures the switches by itself: run with \
-                 --recovery none (a controller re-route would hide it)",
-                args.mechanism
-            );
-        }
-    }
+    let ft2ei_dyn = check_ft2ei_dyn(args, &topo)?;
     if let Some(c) = dlr {
         if c.faults_handled == DlrFaults::Link
             && kill_switch.is_some()

@@ -134,7 +134,15 @@ impl SwitchHook for SbrpHook {
         track: Option<Tracked>,
         afresh: bool,
     ) -> Option<Flit> {
-        let resend = matches!(reason, DropReason::PortDown | DropReason::HoqLifetime);
+        // A packet with no route here (a table swapped in mid-flight that
+        // has no entry for its destination yet) is cut like one routed to
+        // a dead port: nothing of it passed, so ask for all of it once the
+        // tables change (found by `flitctl sim swarm`: such drops were
+        // lost under SBRP with controller re-routing).
+        let resend = matches!(
+            reason,
+            DropReason::PortDown | DropReason::HoqLifetime | DropReason::NoRoute
+        );
         if !(resend && self.protocol.is_on()) {
             return Some(f);
         }
@@ -173,8 +181,9 @@ impl SwitchHook for SbrpHook {
         // that waited out its lifetime: at once, always (its route is
         // alive, and no new table or port coming back would unpark the
         // request; each round costs a lifetime, so no storm).
-        let park = reason == DropReason::PortDown
-            && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS));
+        let park = reason == DropReason::NoRoute
+            || (reason == DropReason::PortDown
+                && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS)));
         if let Some(t) = track {
             self.queue_rrq(sw, t, park);
         }

@@ -1,0 +1,332 @@
+//! `flitctl bench sim`: how fast the simulator runs fabrics of growing
+//! size — flit hops and events per second of wall time, peak memory —
+//! with the event queue the simulator uses (a timing wheel) beside the
+//! binary heap it replaced, measured in the same run on the same workload
+//! (the ratio is what to compare across machines). Each workload runs in a
+//! child process of its own, so that its peak resident set is its own.
+
+use crate::events::ControllerEvent;
+use crate::fabric::Reconfiguration;
+use crate::sim::engine::{ControllerTiming, Op, Plan, Sim, Step};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use flitnet_core::control::{FabricParams, TrafficSpec};
+use flitnet_core::sim::QueueKind;
+use flitnet_core::topology::{NodeRef, Topology};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct BenchSimArgs {
+    /// Workloads to run (default: all): kary-4-2, kary-8-3, pgft-8640.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Skip the binary-heap baseline (it doubles the time).
+    #[arg(long)]
+    pub no_baseline: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Run one workload with one queue in this process and print its
+    /// figures as JSON (what the parent starts; not for use by hand).
+    #[arg(long, hide = true, value_name = "NAME")]
+    pub one: Option<String>,
+    #[arg(long, hide = true, value_enum, default_value_t = Queue::Wheel)]
+    pub queue: Queue,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Queue {
+    Wheel,
+    Heap,
+}
+
+/// One workload.
+struct Workload {
+    name: &'static str,
+    what: &'static str,
+    topo: fn() -> Result<Topology>,
+    bandwidth: u64,
+    load: f64,
+    duration_ns: u64,
+    /// Kill a link between switches at this instant and re-route (Dmodc).
+    kill_at_ns: Option<u64>,
+}
+
+const WORKLOADS: [Workload; 3] = [
+    Workload {
+        name: "kary-4-2",
+        what: "4-ary 2-tree (16 hosts, 8 switches), 10^6 flits/s links, load 0.3, 5 ms",
+        topo: || Ok(flitnet_core::topology::generators::kary_ntree(4, 2)?),
+        bandwidth: 1_000_000,
+        load: 0.3,
+        duration_ns: 5_000_000,
+        kill_at_ns: None,
+    },
+    Workload {
+        name: "kary-8-3",
+        what: "8-ary 3-tree (512 hosts, 192 switches), 10^6 flits/s links, load 0.3, 5 ms",
+        topo: || Ok(flitnet_core::topology::generators::kary_ntree(8, 3)?),
+        bandwidth: 1_000_000,
+        load: 0.3,
+        duration_ns: 5_000_000,
+        kill_at_ns: None,
+    },
+    Workload {
+        name: "pgft-8640",
+        what: "PGFT 8,640 hosts, 768 switches (topologies/pgft-8640.yaml), 200,000 flits/s links, load 0.3, 1 ms, a link killed at 0.3 ms and Dmodc re-routing",
+        topo: || {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../topologies/pgft-8640.yaml");
+            crate::topo::load(&path)
+        },
+        bandwidth: 200_000,
+        load: 0.3,
+        duration_ns: 1_000_000,
+        kill_at_ns: Some(300_000),
+    },
+];
+
+/// What one workload measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Figures {
+    pub name: String,
+    pub queue: Queue,
+    pub hosts: usize,
+    pub switches: usize,
+    /// Building the fabric and the first routes.
+    pub build_s: f64,
+    /// Simulating the emulated interval.
+    pub run_s: f64,
+    pub emulated_ns: u64,
+    pub flit_hops: u64,
+    pub events: u64,
+    pub datagrams: u64,
+    pub messages_delivered: u64,
+    pub reroutes: usize,
+    pub peak_rss_bytes: u64,
+    /// A digest of the run's results (every host's and switch's report):
+    /// the two queues must agree on it.
+    pub digest: String,
+}
+
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn run_one(w: &Workload, queue: Queue) -> Result<Figures> {
+    let started = Instant::now();
+    let topo = (w.topo)()?;
+    let params = FabricParams {
+        bandwidth_flits_per_s: Some(w.bandwidth),
+        ..FabricParams::default()
+    };
+    let spec = TrafficSpec {
+        pattern: "uniform".into(),
+        load: w.load,
+        message_flits: 8,
+        duration_ns: w.duration_ns,
+        rounds: 1,
+        seed: 1,
+    };
+    let mut steps = Vec::new();
+    if let Some(at) = w.kill_at_ns {
+        let link = (0..topo.links.len() as u32)
+            .find(|&l| {
+                let link = &topo.links[l as usize];
+                matches!(link.a.node, NodeRef::Switch(_))
+                    && matches!(link.b.node, NodeRef::Switch(_))
+            })
+            .context("no link between switches")?;
+        steps.push(Step {
+            at_ns: at,
+            ops: vec![Op::SetLink { link, up: false }],
+            record: Some(ControllerEvent::fault(
+                "kill-link",
+                crate::controller::link_name(&topo, link),
+            )),
+        });
+    }
+    let plan = Plan {
+        reconfiguration: Reconfiguration::Live,
+        spec,
+        engine: "auto".into(),
+        tables: None,
+        reroute: true,
+        dlr: None,
+        ft2ei: None,
+        intermediate: None,
+        steps,
+        seed: 1,
+        params,
+        // Re-routing within the millisecond: the controller's delays
+        // scaled down with the interval.
+        timing: ControllerTiming {
+            settle_ns: 50_000,
+            settle_max_ns: 100_000,
+            install_ns: 100_000,
+        },
+        drain: false,
+        topo,
+    };
+    let mut sim = Sim::new(&plan, None)?;
+    sim.fabric.set_queue(match queue {
+        Queue::Wheel => QueueKind::Wheel,
+        Queue::Heap => QueueKind::Heap,
+    });
+    let build_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let out = sim.run(&BTreeSet::new())?;
+    let run_s = started.elapsed().as_secs_f64();
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(&out.hosts)?.hash(&mut h);
+        serde_json::to_string(&out.switches)?.hash(&mut h);
+        serde_json::to_string(&out.records)?.hash(&mut h);
+        format!("{:016x}", h.finish())
+    };
+    Ok(Figures {
+        name: w.name.into(),
+        queue,
+        hosts: plan.topo.num_hosts(),
+        switches: plan.topo.num_switches(),
+        build_s,
+        run_s,
+        emulated_ns: out.stats.emulated_ns,
+        flit_hops: out.stats.flit_hops,
+        events: out.stats.events,
+        datagrams: out.stats.datagrams,
+        messages_delivered: out
+            .hosts
+            .iter()
+            .map(|(_, r)| r.endpoint.sink.delivered_messages)
+            .sum(),
+        reroutes: out.reroutes,
+        peak_rss_bytes: peak_rss(),
+        digest,
+    })
+}
+
+fn child(name: &str, queue: Queue) -> Result<Figures> {
+    let exe = std::env::current_exe()?;
+    let q = match queue {
+        Queue::Wheel => "wheel",
+        Queue::Heap => "heap",
+    };
+    let out = std::process::Command::new(exe)
+        .args(["bench", "sim", "--one", name, "--queue", q])
+        .output()
+        .context("starting the bench child")?;
+    if !out.status.success() {
+        bail!(
+            "{name} ({q}): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `flitctl bench sim`.
+pub fn run(args: BenchSimArgs) -> Result<()> {
+    if let Some(name) = &args.one {
+        let w = WORKLOADS
+            .iter()
+            .find(|w| w.name == name)
+            .with_context(|| format!("no workload {name}"))?;
+        println!("{}", serde_json::to_string(&run_one(w, args.queue)?)?);
+        return Ok(());
+    }
+    let chosen: Vec<&Workload> = WORKLOADS
+        .iter()
+        .filter(|w| args.only.is_empty() || args.only.iter().any(|o| o == w.name))
+        .collect();
+    if chosen.is_empty() {
+        bail!(
+            "--only {}: no such workload (kary-4-2, kary-8-3, pgft-8640)",
+            args.only.join(",")
+        );
+    }
+    let load_before = load_average();
+    let mut rows = Vec::new();
+    for w in chosen {
+        let wheel = child(w.name, Queue::Wheel)?;
+        let heap = if args.no_baseline {
+            None
+        } else {
+            Some(child(w.name, Queue::Heap)?)
+        };
+        if let Some(h) = &heap {
+            if h.digest != wheel.digest {
+                bail!(
+                    "{}: the heap and the wheel gave different results ({} vs {}): the queue changed the simulation",
+                    w.name,
+                    h.digest,
+                    wheel.digest
+                );
+            }
+        }
+        rows.push((w, wheel, heap));
+    }
+    let load_after = load_average();
+    if args.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(w, a, b)| serde_json::json!({"workload": w.name, "what": w.what, "wheel": a, "heap": b}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "load_average_before": load_before,
+                "load_average_after": load_after,
+                "workloads": v,
+            }))?
+        );
+        return Ok(());
+    }
+    println!("flitctl bench sim (load average before {load_before}, after {load_after})");
+    for (w, a, b) in &rows {
+        let rate = |f: &Figures| f.flit_hops as f64 / f.run_s;
+        println!("{}: {}", w.name, w.what);
+        println!(
+            "  wheel  {:>8.2} M flit-hops/s  {:>8.2} M events/s  {:>6.2} s for {:.1} ms emulated ({} flit hops, {} events)  build {:.2} s  peak RSS {:.0} MiB  {} re-routes  digest {}",
+            rate(a) / 1e6,
+            a.events as f64 / a.run_s / 1e6,
+            a.run_s,
+            a.emulated_ns as f64 / 1e6,
+            a.flit_hops,
+            a.events,
+            a.build_s,
+            a.peak_rss_bytes as f64 / (1u64 << 20) as f64,
+            a.reroutes,
+            a.digest
+        );
+        if let Some(b) = b {
+            println!(
+                "  heap   {:>8.2} M flit-hops/s  {:>8.2} M events/s  {:>6.2} s  peak RSS {:.0} MiB  (baseline: binary-heap queue, same results)",
+                rate(b) / 1e6,
+                b.events as f64 / b.run_s / 1e6,
+                b.run_s,
+                b.peak_rss_bytes as f64 / (1u64 << 20) as f64
+            );
+            println!(
+                "  ratio  {:.2}× the baseline's flit-hops/s",
+                rate(a) / rate(b)
+            );
+        }
+    }
+    Ok(())
+}

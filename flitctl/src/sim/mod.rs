@@ -1,0 +1,682 @@
+//! `flitctl sim`: a topology with `up`'s flags, or a chaos scenario, run in
+//! the deterministic simulator instead of as processes. The report is
+//! `up`'s or `chaos`'s, its times emulated; the same seed gives the same
+//! event log byte for byte (`--events FILE`).
+//!
+//! Live-only features map to their simulated equivalents: a SIGKILLed
+//! switch is a node that stops (what reaches it is lost, it sends nothing);
+//! `--kill-by carrier` is a pulled cable (what is sent on the link
+//! vanishes; its ends notice by keepalive timeout). Options that concern
+//! processes (`--metrics`, `--run-dir`, `--transport ethernet`, …) are
+//! refused with a message saying why.
+
+pub mod engine;
+
+use crate::chaos::{self, Applied, ChaosReport};
+use crate::events::ControllerEvent;
+use crate::fabric::Reconfiguration;
+use crate::mechanism::intermediate::IntermediateSetup;
+use crate::plot::{self, Marker};
+use crate::report::{self, FaultTiming, RunReport};
+use crate::scenario::{Action, ActionKind, Scenario, Target};
+use crate::session::Collected;
+use crate::up::{self, KillBy, Recovery, Transport, UpArgs, UpOutcome};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser};
+use engine::{Op, Outcome, Plan, RestartTables, Sim, Step};
+use flitnet_core::topology::{FaultSet, NodeRef, Topology};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `flitctl sim ARGS…`: parsed here rather than by the top-level parser,
+/// because the topology or scenario file is required for a run but not for
+/// `swarm` or `--replay` (see [`SimRun`], [`SwarmCli`]).
+#[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
+pub struct SimArgs {
+    /// FILE [up's flags] | swarm [--runs N --seed S …] | --replay SEED
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
+}
+
+/// `flitctl sim FILE`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "flitctl sim",
+    about = "Run a topology (with up's flags) or a chaos scenario in the deterministic simulator: \
+             the same switch and host state machines and controller loop, no processes, emulated \
+             time, the same report as up or chaos; the same seed gives the same event log (--events).",
+    after_help = "Also:\n  flitctl sim swarm [--runs N] [--seed S] [--jobs J]   random fault schedules checked \
+                  against each mechanism's promise (flitctl sim swarm --help)\n  flitctl sim --replay SEED                            \
+                  one swarm run again, from its seed"
+)]
+pub struct SimRun {
+    /// Write the event log here, one JSON record per line (the records of
+    /// a live run's events.jsonl, stamped in emulated ns).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Write the delivered-throughput plot (SVG) here.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// More logging (as `flitctl -v`).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// The topology (with `up`'s flags) or a chaos scenario file (it has a
+    /// `topology:` key; its own fabric, traffic and timeline are used).
+    #[command(flatten)]
+    pub up: UpArgs,
+}
+
+/// `flitctl sim swarm`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "flitctl sim swarm",
+    about = "Swarm testing: random fabrics, mechanisms, fault schedules and traffic, each run \
+             checked against what its mechanism promises; a failure prints its seed and a shrunk \
+             schedule (docs/simulation.md)."
+)]
+pub struct SwarmCli {
+    #[command(flatten)]
+    pub swarm: crate::swarm::SwarmArgs,
+}
+
+/// `flitctl sim`.
+pub fn run(args: SimArgs) -> Result<()> {
+    let words = args.args;
+    match words.first().map(String::as_str) {
+        Some("swarm") => {
+            let cli = SwarmCli::parse_from(
+                std::iter::once("flitctl sim swarm".to_string()).chain(words[1..].iter().cloned()),
+            );
+            return crate::swarm::run(cli.swarm);
+        }
+        Some("--replay") => {
+            let seed = words
+                .get(1)
+                .context("--replay needs the run's SEED")?
+                .parse::<u64>()
+                .context("--replay SEED: a number")?;
+            if words.len() > 2 {
+                bail!("--replay SEED takes nothing else (the seed says everything)");
+            }
+            return crate::swarm::replay(seed);
+        }
+        Some(w) if w.starts_with("--replay=") => {
+            let seed = w["--replay=".len()..]
+                .parse::<u64>()
+                .context("--replay SEED: a number")?;
+            return crate::swarm::replay(seed);
+        }
+        _ => {}
+    }
+    let cli = SimRun::parse_from(std::iter::once("flitctl sim".to_string()).chain(words));
+    let up = cli.up;
+    let file = up.topology.clone();
+    if is_scenario(&file)? {
+        refuse_up_flags(&up)?;
+        let scenario = Scenario::load(&file)?;
+        let report = run_scenario(&scenario, cli.events.as_deref(), cli.plot.as_deref())?;
+        if up.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{report}");
+        }
+        if !report.promise_kept {
+            bail!(
+                "{}: promise broken: {}",
+                scenario.path.display(),
+                report.promise
+            );
+        }
+        return Ok(());
+    }
+    let outcome = run_up(&up, cli.events.as_deref())?;
+    up::print_outcome(&up, outcome)
+}
+
+/// A scenario file has a top-level `topology:` key; a topology file never
+/// does.
+fn is_scenario(path: &Path) -> Result<bool> {
+    if path.extension().is_some_and(|e| e == "net") {
+        return Ok(false);
+    }
+    let text = flitnet_core::input::read_bounded(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.lines().any(|l| l.starts_with("topology:")))
+}
+
+/// With a scenario file, the scenario says what to run: `up`'s fault flags
+/// would be silently ignored, so they are refused.
+fn refuse_up_flags(a: &UpArgs) -> Result<()> {
+    let given = [
+        ("--kill-link", !a.kill_link.is_empty()),
+        ("--kill-switch", !a.kill_switch.is_empty()),
+        ("--withhold-credits", a.withhold_credits.is_some()),
+        ("--tables", a.tables.is_some()),
+        ("--restart-after", a.restart_after.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        bail!("{flag}: a scenario file carries its own schedule; put the fault in its timeline (docs/chaos.md)");
+    }
+    refuse_live_only(a)
+}
+
+/// Options that only mean something for processes.
+fn refuse_live_only(a: &UpArgs) -> Result<()> {
+    let why = |flag: &str, what: &str| -> Result<()> {
+        bail!("{flag}: {what}; `flitctl sim` starts no process (drop it, or use `flitctl up`)")
+    };
+    if a.metrics {
+        why("--metrics", "daemons serve Prometheus metrics")?;
+    }
+    if a.controller_metrics.is_some() {
+        why("--controller-metrics", "the live controller serves metrics")?;
+    }
+    if a.run_dir.is_some() || a.keep {
+        why(
+            "--run-dir/--keep",
+            "a run directory holds processes' configs and logs (--events FILE writes the event log)",
+        )?;
+    }
+    if a.fabric.transport == Transport::Ethernet || a.fabric.netns.is_some() {
+        why(
+            "--transport ethernet/--netns",
+            "the transport carries datagrams between processes",
+        )?;
+    }
+    Ok(())
+}
+
+fn open_events(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write>>> {
+    Ok(match path {
+        Some(p) => {
+            let f = std::fs::File::create(p)
+                .with_context(|| format!("creating the event log {}", p.display()))?;
+            Some(Box::new(std::io::BufWriter::new(f)))
+        }
+        None => None,
+    })
+}
+
+/// The operations and record of one scenario action.
+fn step_of(topo: &Topology, a: &Action) -> Step {
+    let ops = match (a.kind, a.target) {
+        (ActionKind::KillLink, Target::Link { link, .. }) => vec![Op::SetLink { link, up: false }],
+        (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+            vec![Op::SetLink { link, up: true }]
+        }
+        (ActionKind::Corrupt, Target::Link { end, .. }) => vec![Op::Corrupt {
+            end,
+            count: a.count,
+        }],
+        (ActionKind::KillSwitch, Target::Switch(s)) => vec![Op::SetAllPorts {
+            switch: s,
+            up: false,
+        }],
+        (ActionKind::RestoreSwitch, Target::Switch(s)) => vec![Op::SetAllPorts {
+            switch: s,
+            up: true,
+        }],
+        (ActionKind::SigkillSwitch, Target::Switch(s)) => vec![Op::Stop { switch: s }],
+        (ActionKind::RestartSwitch, Target::Switch(s)) => vec![Op::Restart {
+            switch: s,
+            tables: RestartTables::Current,
+        }],
+        _ => Vec::new(),
+    };
+    let element = match a.target {
+        Target::Link { link, .. } => crate::controller::link_name(topo, link),
+        Target::Switch(s) => topo.node_name(NodeRef::Switch(s)).to_string(),
+    };
+    let (kind, origin) = (a.kind.name().to_string(), Some(a.origin.clone()));
+    let record = if a.kind.is_repair() {
+        ControllerEvent::Repair {
+            kind,
+            element,
+            origin,
+        }
+    } else {
+        ControllerEvent::Fault {
+            kind,
+            element,
+            origin,
+        }
+    };
+    Step {
+        at_ns: a.at.as_nanos() as u64,
+        ops,
+        record: Some(record),
+    }
+}
+
+/// The plan of a scenario (what `chaos` would bring up and do).
+pub fn scenario_plan(scenario: &Scenario) -> Result<Plan> {
+    let f = &scenario.file;
+    let topo = &scenario.topo;
+    let mut params = f.fabric.params();
+    params.recovery = f.protocol();
+    let intermediate = IntermediateSetup::of(topo, f.mechanism.fabric(), params.vcs)?;
+    Ok(Plan {
+        topo: topo.clone(),
+        spec: f.traffic.spec(f.seed),
+        engine: f.engine.clone(),
+        tables: intermediate.as_ref().map(|i| i.tables.clone()),
+        reroute: f.mechanism.acts_on_faults(),
+        reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, topo),
+        dlr: f.mechanism.dlr(topo)?,
+        ft2ei: None,
+        intermediate: intermediate.map(|i| (i.mechanism, i.legs)),
+        steps: scenario.actions.iter().map(|a| step_of(topo, a)).collect(),
+        seed: f.seed,
+        params,
+        timing: Default::default(),
+        drain: true,
+    })
+}
+
+/// Runs a scenario in the simulator and builds `chaos`'s report from it.
+pub fn run_scenario(
+    scenario: &Scenario,
+    events: Option<&Path>,
+    plot_path: Option<&Path>,
+) -> Result<ChaosReport> {
+    let plan = scenario_plan(scenario)?;
+    let sink = open_events(events)?;
+    let unreachable = chaos::cut_off_hosts(&scenario.topo, &scenario.actions);
+    let out = Sim::new(&plan, sink)?.run(&unreachable)?;
+    chaos_report(scenario, &plan, &out, &unreachable, plot_path)
+}
+
+/// `chaos`'s report of a simulated scenario run.
+pub fn chaos_report(
+    scenario: &Scenario,
+    plan: &Plan,
+    out: &Outcome,
+    unreachable: &BTreeSet<NodeRef>,
+    plot_path: Option<&Path>,
+) -> Result<ChaosReport> {
+    let f = &scenario.file;
+    let topo = &scenario.topo;
+    let applied: Vec<Applied> = scenario
+        .actions
+        .iter()
+        .zip(&out.step_records)
+        .zip(&out.local_reroutes_before)
+        .filter_map(|((a, r), before)| {
+            Some(Applied {
+                action: a.clone(),
+                record: r.clone()?,
+                local_reroutes_before: f.mechanism.is_dlr().then_some(*before),
+            })
+        })
+        .collect();
+    let failed_actions: Vec<String> = out
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            crate::events::Event::Controller(ControllerEvent::ActionFailed { error }) => {
+                Some(error.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let actions = chaos::timings(
+        topo,
+        &applied,
+        &out.records,
+        out.traffic_start_ns,
+        &out.switches,
+        &out.hosts,
+    );
+    let mut run = RunReport::build(
+        topo,
+        &out.initial_engine,
+        &plan.spec,
+        out.hosts.clone(),
+        out.switches.clone(),
+        Vec::<FaultTiming>::new(),
+        Duration::ZERO,
+    );
+    run.engine = format!(
+        "{} (re-routing: {})",
+        out.initial_engine,
+        f.mechanism_name()
+    );
+    if let Some(quiet) = out.stalled_for_ns {
+        run.stall = Some(crate::stall::diagnose(
+            topo,
+            &out.hosts,
+            &out.switches,
+            Duration::from_nanos(quiet),
+        ));
+    }
+    run.account_unreachable(topo, &out.hosts, unreachable);
+    let collected = Collected {
+        hosts: out.hosts.clone(),
+        switches: out.switches.clone(),
+    };
+    let acc = chaos::accounting(&run, &collected, &out.retired, out.killed_capacity);
+    let after_last_action = out.settled.map(|s| chaos::AfterLastAction {
+        at_s: s.at_ns as f64 / 1e9,
+        in_flight_messages: s.sent.saturating_sub(s.delivered),
+        flits_dropped_since: chaos::flits_lost_total(&out.switches).saturating_sub(s.lost_flits),
+        delivered_since: run.totals.messages_delivered.saturating_sub(s.delivered),
+    });
+    let throughput = plot::rates(&out.samples);
+    let plot = match plot_path {
+        Some(p) => {
+            let markers: Vec<Marker> = actions
+                .iter()
+                .map(|a| Marker {
+                    t_s: a.at_s,
+                    label: format!("{} {}", a.action, a.element),
+                    repair: a.action.starts_with("restore") || a.action.starts_with("restart"),
+                })
+                .collect();
+            let svg = plot::line_chart(
+                &format!(
+                    "{} under {} ({}, simulated)",
+                    topo.name,
+                    scenario.path.display(),
+                    f.mechanism_name()
+                ),
+                "delivered flits/s",
+                &throughput,
+                &markers,
+            );
+            std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+            p.display().to_string()
+        }
+        None => "(not written; --plot FILE writes it)".into(),
+    };
+    let (promise, kept) = chaos::verdict(f.promises_delivery(), &run, &acc);
+    Ok(ChaosReport {
+        scenario: scenario.path.display().to_string(),
+        mechanism: f.mechanism_name(),
+        run,
+        actions,
+        accounting: acc,
+        after_last_action,
+        packets_resent: out
+            .hosts
+            .iter()
+            .map(|(_, r)| r.endpoint.sbrp.resent_packets)
+            .sum(),
+        reroutes: out.reroutes,
+        local_reroutes: out.switches.iter().map(|(_, r)| r.counters.reroutes).sum(),
+        failed_actions,
+        throughput,
+        plot,
+        promise,
+        promise_kept: kept,
+    })
+}
+
+/// The plan of `up`'s flags, and the elements each fault step acts on.
+pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Element>>)> {
+    use crate::controller::Element;
+    let params = args.fabric.params_for(&args.engine);
+    let spec = args.traffic.spec(args.seed);
+    crate::session::check_before_launch(&params, &spec)?;
+    let topo = crate::topo::load(&args.topology)?;
+    let kill_links = args
+        .kill_link
+        .iter()
+        .map(|s| crate::parse::parse_link(&topo, s))
+        .collect::<Result<Vec<_>>>()?;
+    let kill_switches = args
+        .kill_switch
+        .iter()
+        .map(|name| match topo.find_node(name) {
+            Some(NodeRef::Switch(s)) => Ok(s),
+            Some(_) => bail!("--kill-switch {name}: that is a host, not a switch"),
+            None => bail!("--kill-switch {name}: no such switch"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !kill_links.is_empty() && !kill_switches.is_empty() {
+        bail!("--kill-link and --kill-switch together: `up` applies its faults at one instant (--kill-at); use a chaos scenario (flitctl sim SCENARIO.yaml)");
+    }
+    if kill_switches.len() > 1 && args.kill_every.is_zero() {
+        bail!("several --kill-switch: say how far apart with --kill-every");
+    }
+    if let Some(after) = args.restart_after {
+        if kill_switches.is_empty() {
+            bail!("--restart-after restarts killed switches: it needs --kill-switch");
+        }
+        if kill_switches.len() > 1 && after >= args.kill_every {
+            bail!("--restart-after must be less than --kill-every (a switch is back before the next kill)");
+        }
+        if args.recovery == Recovery::Reroute {
+            bail!("--restart-after with --recovery reroute: `up` does not re-route back after a restart; use --recovery none or a chaos scenario (restart-switch)");
+        }
+    } else if kill_switches
+        .iter()
+        .enumerate()
+        .any(|(i, s)| kill_switches[..i].contains(s))
+    {
+        bail!("--kill-switch names a switch twice: a killed switch stays dead (unless --restart-after)");
+    }
+    if args.notify_neighbours && kill_switches.is_empty() {
+        bail!("--notify-neighbours tells a killed switch's neighbours: it needs --kill-switch");
+    }
+    // `--kill-by carrier` is the simulator's pulled cable: no Ethernet needed.
+    let intermediate = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
+    if intermediate.is_some() && args.tables.is_some() {
+        bail!(
+            "--mechanism {} installs its own tables; drop --tables",
+            args.mechanism
+        );
+    }
+    let dlr = args.mechanism.dlr(&topo)?;
+    if let Some(c) = dlr {
+        if c.vcs_needed() > args.fabric.vcs {
+            bail!(
+                "--mechanism {} needs {} virtual channels; run with --vcs {}",
+                args.mechanism.name(),
+                c.vcs_needed(),
+                c.vcs_needed()
+            );
+        }
+    }
+    let ft2ei = crate::up::check_ft2ei_dyn(args, &topo)?;
+    let tables = match (&args.tables, &intermediate) {
+        (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
+        (None, Some(i)) => Some(i.tables.clone()),
+        (None, None) => None,
+    };
+    let mut steps = Vec::new();
+    let mut elements = Vec::new();
+    let at = |k: usize| (args.kill_at + args.kill_every * k as u32).as_nanos() as u64;
+    if !kill_links.is_empty() {
+        let (kind, ops): (&str, Vec<Op>) = match args.kill_by {
+            KillBy::Admin => (
+                "link-down",
+                kill_links
+                    .iter()
+                    .map(|&link| Op::SetLink { link, up: false })
+                    .collect(),
+            ),
+            KillBy::Carrier => (
+                "carrier-down",
+                kill_links
+                    .iter()
+                    .map(|&link| Op::SetCable {
+                        link,
+                        connected: false,
+                    })
+                    .collect(),
+            ),
+        };
+        let names: Vec<String> = kill_links
+            .iter()
+            .map(|&l| crate::controller::link_name(&topo, l))
+            .collect();
+        steps.push(Step {
+            at_ns: at(0),
+            ops,
+            record: Some(ControllerEvent::fault(kind, names.join(","))),
+        });
+        elements.push(kill_links.iter().map(|&l| Element::Link(l)).collect());
+    }
+    for (k, &s) in kill_switches.iter().enumerate() {
+        let mut ops = vec![Op::Stop { switch: s }];
+        if args.notify_neighbours {
+            ops.extend(
+                up::neighbour_ports(&topo, s)
+                    .into_iter()
+                    .map(|end| Op::SetPort { end, up: false }),
+            );
+        }
+        let name = topo.node_name(NodeRef::Switch(s)).to_string();
+        steps.push(Step {
+            at_ns: at(k),
+            ops,
+            record: Some(ControllerEvent::fault("switch-sigkill", name.clone())),
+        });
+        elements.push(vec![Element::Switch(s)]);
+        if let Some(after) = args.restart_after {
+            let mut ops = vec![Op::Restart {
+                switch: s,
+                tables: RestartTables::Initial,
+            }];
+            if args.notify_neighbours {
+                ops.extend(
+                    up::neighbour_ports(&topo, s)
+                        .into_iter()
+                        .map(|end| Op::SetPort { end, up: true }),
+                );
+            }
+            steps.push(Step {
+                at_ns: at(k) + after.as_nanos() as u64,
+                ops,
+                record: Some(ControllerEvent::repair("switch-restart", name)),
+            });
+            elements.push(Vec::new());
+        }
+    }
+    if let Some(spec) = &args.withhold_credits {
+        let end = crate::parse::parse_switch_port(&topo, spec)?;
+        steps.push(Step {
+            at_ns: args.kill_at.as_nanos() as u64,
+            ops: vec![Op::WithholdCredits { end, on: true }],
+            record: Some(ControllerEvent::fault(
+                "withhold-credits",
+                format!("{}:{}", topo.node_name(end.node), end.port),
+            )),
+        });
+        elements.push(Vec::new());
+    }
+    let duration = args.traffic.duration.as_nanos() as u64;
+    if let Some(late) = steps.iter().find(|s| s.at_ns >= duration) {
+        bail!(
+            "a fault at {:?} is not within the traffic duration {:?} (--kill-at, --kill-every, --duration)",
+            Duration::from_nanos(late.at_ns),
+            args.traffic.duration
+        );
+    }
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    order.sort_by_key(|&i| (steps[i].at_ns, i));
+    let steps: Vec<Step> = order.iter().map(|&i| steps[i].clone()).collect();
+    let elements: Vec<Vec<Element>> = order.iter().map(|&i| elements[i].clone()).collect();
+    Ok((
+        Plan {
+            reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
+            topo,
+            spec,
+            engine: args.engine.clone(),
+            tables,
+            reroute: args.recovery == Recovery::Reroute,
+            dlr,
+            ft2ei,
+            intermediate: intermediate.map(|i| (i.mechanism, i.legs)),
+            steps,
+            seed: args.seed,
+            params,
+            timing: Default::default(),
+            drain: true,
+        },
+        elements,
+    ))
+}
+
+/// Runs `up`'s flags in the simulator; the outcome `up` prints.
+pub fn run_up(args: &UpArgs, events: Option<&Path>) -> Result<UpOutcome> {
+    refuse_live_only(args)?;
+    let (plan, elements) = up_plan(args)?;
+    let topo = &plan.topo;
+    let mut faults = FaultSet::none();
+    for e in elements.iter().flatten() {
+        match *e {
+            crate::controller::Element::Link(l) => {
+                faults.links.insert(l);
+            }
+            crate::controller::Element::Switch(s) => {
+                faults.switches.insert(s);
+            }
+        }
+    }
+    // Restarted switches come back: only permanent faults cut hosts off.
+    if args.restart_after.is_some() {
+        faults.switches.clear();
+    }
+    let unreachable = report::unreachable_hosts(topo, &faults);
+    let sink = open_events(events)?;
+    let out = Sim::new(&plan, sink)?.run(&unreachable)?;
+    let fault_log = out
+        .step_records
+        .iter()
+        .zip(&elements)
+        .filter(|(_, e)| !e.is_empty())
+        .filter_map(|(r, e)| {
+            let r = r.as_ref()?;
+            let h = crate::controller::fault_timing(topo, e, false, r.time_ns, &out.records);
+            Some(FaultTiming::new(
+                r,
+                h.detected.as_ref(),
+                h.installed.as_ref(),
+            ))
+        })
+        .collect();
+    let mut run = RunReport::build(
+        topo,
+        &out.initial_engine,
+        &plan.spec,
+        out.hosts.clone(),
+        out.switches.clone(),
+        fault_log,
+        Duration::ZERO,
+    );
+    if let Some(quiet) = out.stalled_for_ns {
+        run.stall = Some(crate::stall::diagnose(
+            topo,
+            &out.hosts,
+            &out.switches,
+            Duration::from_nanos(quiet),
+        ));
+    }
+    run.account_unreachable(topo, &out.hosts, &unreachable);
+    let reroutes = out.switches.iter().map(|(_, r)| r.counters.reroutes).sum();
+    let intermediate = plan.intermediate.map(|(m, legs)| {
+        let setup = IntermediateSetup {
+            mechanism: m,
+            mechanisms: m
+                .intermediate()
+                .expect("the plan holds intermediate-node variants only"),
+            legs,
+            tables: plan.tables.clone().unwrap_or_else(|| out.tables.clone()),
+            drops_at_switchover: out.drops_at_switchover,
+        };
+        setup.report(&out.switches, &out.hosts)
+    });
+    let ft2ei = plan
+        .ft2ei
+        .map(|_| crate::mechanism::ft2ei_dyn::Ft2eiDynReport::from_switches(&out.switches));
+    Ok(UpOutcome {
+        run,
+        reroutes,
+        dlr: plan.dlr.is_some(),
+        intermediate,
+        ft2ei,
+    })
+}

@@ -1,0 +1,861 @@
+//! `flitctl sim swarm`: swarm testing of the recovery mechanisms in the
+//! deterministic simulator, after FoundationDB's simulation and
+//! TigerBeetle's VOPR. Each run draws from its own seed a fabric, a
+//! mechanism (with or without SBRP), a fault schedule and traffic; runs it
+//! as `flitctl sim` runs a chaos scenario; and checks what the mechanism
+//! promises:
+//!
+//! * `buffer-overflow`: no flit arrived at a full buffer (credits);
+//! * `exactly-once`: under SBRP, every message between hosts the faults
+//!   never cut off delivered exactly once, in order, none still held;
+//! * `accounted`: without SBRP, every lost message lost a flit a counter
+//!   names (a drop by cause, a link loss, a killed switch's buffers), and
+//!   nothing was duplicated or misdelivered;
+//! * `progress`: within the drain after traffic, every host the faults
+//!   left connected sent what it generated, and under SBRP the fabric
+//!   drained (no deadlock, no stall).
+//!
+//! A failing run is printed with its seed, what broke, and a shrunk
+//! schedule: faults dropped one at a time while it still fails, then
+//! shorter traffic. `flitctl sim --replay SEED` runs one seed again.
+
+use crate::scenario::{
+    Action, ActionKind, FabricSection, Mechanism, Scenario, ScenarioFile, Target, Time,
+    TrafficSection,
+};
+use crate::sim::engine::{ControllerTiming, Sim};
+use anyhow::{Context, Result};
+use clap::Args;
+use flitnet_core::control::SwitchingMode;
+use flitnet_core::host::sbrp::RecoveryProtocol;
+use flitnet_core::topology::generators;
+use flitnet_core::topology::{LinkId, NodeRef, PgftParams, SwitchId, Topology};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct SwarmArgs {
+    /// Runs to make.
+    #[arg(long, default_value_t = 100)]
+    pub runs: u64,
+    /// The swarm's seed: run i uses the seed derived from it and i (printed
+    /// with every failure, for `flitctl sim --replay`).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Runs in parallel (default: the machine's cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Stop at the first failing run.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every failing case (topology and scenario files, shrunk) here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// A topology the swarm draws, as its generator spells it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TopoSpec {
+    Kary { k: u32, n: u32 },
+    Pgft(PgftParams),
+    Ruft { k: u32, n: u32 },
+    Mesh(Vec<u32>),
+    Torus(Vec<u32>),
+    Hypercube(u32),
+}
+
+impl TopoSpec {
+    pub fn build(&self) -> Result<Topology> {
+        Ok(match self {
+            TopoSpec::Kary { k, n } => generators::kary_ntree(*k, *n)?,
+            TopoSpec::Pgft(p) => generators::pgft(p)?,
+            TopoSpec::Ruft { k, n } => generators::ruft(*k, *n)?,
+            TopoSpec::Mesh(d) => generators::mesh_or_torus(d, false)?,
+            TopoSpec::Torus(d) => generators::mesh_or_torus(d, true)?,
+            TopoSpec::Hypercube(d) => generators::hypercube(*d)?,
+        })
+    }
+
+    /// The topology file (`flitctl sim` reads it).
+    pub fn yaml(&self) -> String {
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            TopoSpec::Kary { k, n } => {
+                format!("name: swarm\ngenerator: kary-ntree\nk: {k}\nn: {n}\n")
+            }
+            TopoSpec::Pgft(p) => format!(
+                "name: swarm\ngenerator: pgft\nm: [{}]\nw: [{}]\np: [{}]\n",
+                list(&p.m),
+                list(&p.w),
+                list(&p.p)
+            ),
+            TopoSpec::Ruft { k, n } => format!("name: swarm\ngenerator: ruft\nk: {k}\nn: {n}\n"),
+            TopoSpec::Mesh(d) => format!("name: swarm\ngenerator: mesh\ndims: [{}]\n", list(d)),
+            TopoSpec::Torus(d) => format!("name: swarm\ngenerator: torus\ndims: [{}]\n", list(d)),
+            TopoSpec::Hypercube(d) => format!("name: swarm\ngenerator: hypercube\nd: {d}\n"),
+        }
+    }
+
+    fn draw(rng: &mut ChaCha8Rng) -> TopoSpec {
+        match rng.gen_range(0..6) {
+            0 => {
+                let (k, n) =
+                    [(2, 2), (2, 3), (3, 2), (4, 2), (2, 4), (3, 3), (4, 3)][rng.gen_range(0..7)];
+                TopoSpec::Kary { k, n }
+            }
+            1 => {
+                let m0 = rng.gen_range(2..=3);
+                let levels = rng.gen_range(1..=2);
+                let mut p = PgftParams {
+                    m: vec![m0],
+                    w: vec![1],
+                    p: vec![1],
+                };
+                for _ in 0..levels {
+                    p.m.push(rng.gen_range(2..=3));
+                    p.w.push(rng.gen_range(1..=2));
+                    p.p.push(rng.gen_range(1..=3));
+                }
+                TopoSpec::Pgft(p)
+            }
+            2 => TopoSpec::Ruft {
+                k: rng.gen_range(2..=4),
+                n: 2,
+            },
+            3 => {
+                let dims = if rng.gen_bool(0.2) {
+                    vec![2, 2, 2]
+                } else {
+                    vec![rng.gen_range(2..=5), rng.gen_range(2..=5)]
+                };
+                TopoSpec::Mesh(dims)
+            }
+            4 => {
+                let dims = [vec![3, 3], vec![3, 4], vec![4, 4], vec![3, 3, 3]][rng.gen_range(0..4)]
+                    .clone();
+                TopoSpec::Torus(dims)
+            }
+            _ => TopoSpec::Hypercube(rng.gen_range(2..=4)),
+        }
+    }
+}
+
+/// One drawn case: the scenario as a chaos file would say it.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub seed: u64,
+    pub topo: TopoSpec,
+    pub file: ScenarioFile,
+    /// (at, action, target as written, count).
+    pub timeline: Vec<(Duration, ActionKind, String, u32)>,
+}
+
+/// The scenario's timing: a fault is noticed within `dead_after` (plus a
+/// keepalive), the controller settles within a few ms.
+const DEAD_AFTER: Duration = Duration::from_millis(3);
+const TIMING: ControllerTiming = ControllerTiming {
+    settle_ns: 1_000_000,
+    settle_max_ns: 5_000_000,
+    install_ns: 1_000_000,
+};
+
+fn switch_links(topo: &Topology) -> Vec<LinkId> {
+    (0..topo.links.len() as LinkId)
+        .filter(|&l| {
+            let link = &topo.links[l as usize];
+            matches!(link.a.node, NodeRef::Switch(_)) && matches!(link.b.node, NodeRef::Switch(_))
+        })
+        .collect()
+}
+
+fn end_name(topo: &Topology, l: LinkId, b: bool) -> String {
+    let link = &topo.links[l as usize];
+    let e = if b { link.b } else { link.a };
+    format!("{}:{}", topo.node_name(e.node), e.port)
+}
+
+impl Case {
+    /// The case of `seed`.
+    pub fn draw(seed: u64) -> Result<Case> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Redraw fabrics without a link between switches (nothing to break).
+        let (spec, topo) = loop {
+            let spec = TopoSpec::draw(&mut rng);
+            let topo = spec.build()?;
+            if !switch_links(&topo).is_empty() {
+                break (spec, topo);
+            }
+        };
+        let family_tree = matches!(spec, TopoSpec::Kary { .. });
+        let direct = matches!(spec, TopoSpec::Mesh(_) | TopoSpec::Torus(_));
+        let ruft = matches!(spec, TopoSpec::Ruft { .. });
+        let protocols = [
+            RecoveryProtocol::None,
+            RecoveryProtocol::Sbrp0,
+            RecoveryProtocol::Sbrp1,
+            RecoveryProtocol::Sbrp2,
+        ];
+        // Mechanism.
+        let (mechanism, mut recovery) = match rng.gen_range(0..10) {
+            _ if ruft => (
+                [Mechanism::NONE, Mechanism::Reroute][rng.gen_range(0..2)],
+                RecoveryProtocol::None,
+            ),
+            0..=1 if family_tree => (
+                [
+                    named("dlr"),
+                    named("dlr-link"),
+                    named("dlr-adaptive"),
+                    named("dlr-adaptive-link"),
+                ][rng.gen_range(0..4)],
+                protocols[rng.gen_range(0..4)],
+            ),
+            0..=1 if direct => (
+                [
+                    named("i"),
+                    named("ix2"),
+                    named("i-d"),
+                    named("d"),
+                    named("m"),
+                    named("i-m"),
+                ][rng.gen_range(0..6)],
+                RecoveryProtocol::None,
+            ),
+            2..=3 => (Mechanism::Reroute, RecoveryProtocol::None),
+            4 => (Mechanism::NONE, RecoveryProtocol::None),
+            _ => (
+                [named("sbrp0"), named("sbrp1"), named("sbrp2")][rng.gen_range(0..3)],
+                RecoveryProtocol::None,
+            ),
+        };
+        let mut vcs: u8 = 2;
+        if let Some(c) = mechanism.dlr(&topo)? {
+            vcs = vcs.max(c.vcs_needed());
+        }
+        if let Some(setup) =
+            crate::mechanism::intermediate::IntermediateSetup::of(&topo, mechanism.fabric(), 15)?
+        {
+            vcs = vcs.max(setup.tables.vcs);
+        }
+        // Traffic.
+        let duration = Duration::from_millis(rng.gen_range(20..=40));
+        let max_packet_flits = [8u32, 16, 32][rng.gen_range(0..3)];
+        // Bit permutations need a power-of-two number of hosts.
+        let pow2 = topo.num_hosts().is_power_of_two();
+        let patterns: &[&str] = if pow2 {
+            &[
+                "uniform",
+                "uniform",
+                "bit-reversal",
+                "shuffle",
+                "bit-complement",
+            ]
+        } else {
+            &["uniform"]
+        };
+        let traffic = TrafficSection {
+            pattern: patterns[rng.gen_range(0..patterns.len())].into(),
+            load: [0.05, 0.1, 0.2, 0.3][rng.gen_range(0..4)],
+            message_flits: [1u32, 4, 8, 16, 32][rng.gen_range(0..5)],
+            duration: Time(duration),
+            rounds: 1,
+        };
+        let fabric = FabricSection {
+            vcs,
+            buffer_depth: [4u16, 8, 16][rng.gen_range(0..3)].max(max_packet_flits.min(16) as u16),
+            switching: SwitchingMode::Wormhole,
+            bandwidth: [100_000u64, 200_000][rng.gen_range(0..2)],
+            delay: Time(Duration::from_micros(rng.gen_range(1..=20))),
+            dead_after: Time(DEAD_AFTER),
+            max_packet_flits,
+            link_retrain: Time(Duration::from_millis(1)),
+            ..FabricSection::default()
+        };
+        // Faults: one to three, sometimes two close together.
+        let links = switch_links(&topo);
+        let inner: Vec<SwitchId> = (0..topo.num_switches() as SwitchId)
+            .filter(|&s| !crate::scenario::is_leaf(&topo, s))
+            .collect();
+        let all: Vec<SwitchId> = (0..topo.num_switches() as SwitchId).collect();
+        let faults = rng.gen_range(1..=3);
+        let mut timeline = Vec::new();
+        let mut t = Duration::from_millis(rng.gen_range(3..=8));
+        let end = duration - Duration::from_millis(2);
+        let dead = DEAD_AFTER;
+        let mut broken: Vec<String> = Vec::new();
+        let switch_faults_ok =
+            !(recovery.is_on() && matches!(mechanism.name(), "dlr-link" | "dlr-adaptive-link"));
+        for _ in 0..faults {
+            if t >= end {
+                break;
+            }
+            // A RUFT has one path per pair: any dead link or switch cuts
+            // flows off for good, which the per-host connectivity the
+            // report judges by does not see (its links are one-way). Its
+            // faults are transient: damaged datagrams.
+            let kind = if ruft { 7 } else { rng.gen_range(0..8) };
+            let pick_switch = |rng: &mut ChaCha8Rng| {
+                let pool = if inner.is_empty() || rng.gen_bool(0.1) {
+                    &all
+                } else {
+                    &inner
+                };
+                topo.node_name(NodeRef::Switch(pool[rng.gen_range(0..pool.len())]))
+                    .to_string()
+            };
+            match kind {
+                // A link dies (and maybe comes back: a flap).
+                0..=2 => {
+                    let l = links[rng.gen_range(0..links.len())];
+                    let name = end_name(&topo, l, false);
+                    if broken.contains(&name) {
+                        continue;
+                    }
+                    timeline.push((t, ActionKind::KillLink, name.clone(), 0));
+                    if kind == 2 {
+                        let back = t + Duration::from_micros(rng.gen_range(200..=6_000));
+                        if back < end {
+                            timeline.push((back, ActionKind::RestoreLink, name.clone(), 0));
+                        } else {
+                            broken.push(name);
+                        }
+                    } else {
+                        broken.push(name);
+                    }
+                }
+                // A switch process dies; it may restart faster than
+                // detection, or slower.
+                3..=4 if switch_faults_ok => {
+                    let name = pick_switch(&mut rng);
+                    if broken.contains(&name) {
+                        continue;
+                    }
+                    timeline.push((t, ActionKind::SigkillSwitch, name.clone(), 0));
+                    let back = match rng.gen_range(0..3) {
+                        0 => Some(t + dead / 3),
+                        1 => Some(t + dead * 2),
+                        _ => None,
+                    };
+                    match back.filter(|b| *b < end) {
+                        Some(b) => timeline.push((b, ActionKind::RestartSwitch, name, 0)),
+                        None => broken.push(name),
+                    }
+                }
+                // Every port of a switch down, and maybe up again.
+                5 if switch_faults_ok => {
+                    let name = pick_switch(&mut rng);
+                    if broken.contains(&name) {
+                        continue;
+                    }
+                    timeline.push((t, ActionKind::KillSwitch, name.clone(), 0));
+                    let back = t + Duration::from_millis(rng.gen_range(1..=8));
+                    if back < end && rng.gen_bool(0.5) {
+                        timeline.push((back, ActionKind::RestoreSwitch, name, 0));
+                    } else {
+                        broken.push(name);
+                    }
+                }
+                // Damaged datagrams on a switch link.
+                _ => {
+                    let l = links[rng.gen_range(0..links.len())];
+                    let name = end_name(&topo, l, rng.gen_bool(0.5));
+                    let name = if name.starts_with('h') {
+                        end_name(&topo, l, false)
+                    } else {
+                        name
+                    };
+                    timeline.push((t, ActionKind::Corrupt, name, rng.gen_range(1..=5)));
+                }
+            }
+            // The next fault: close behind (under a detection time) or later.
+            t += if rng.gen_bool(0.3) {
+                Duration::from_micros(rng.gen_range(10..=1_000))
+            } else {
+                Duration::from_millis(rng.gen_range(2..=10))
+            };
+        }
+        timeline.sort_by_key(|e| e.0);
+        if !mechanism.is_dlr() {
+            recovery = RecoveryProtocol::None;
+        }
+        let file = ScenarioFile {
+            topology: PathBuf::from("topology.yaml"),
+            mechanism,
+            recovery_protocol: recovery,
+            engine: "auto".into(),
+            seed: seed & 0xffff_ffff,
+            traffic,
+            fabric,
+            timeline: Vec::new(),
+            random: None,
+        };
+        Ok(Case {
+            seed,
+            topo: spec,
+            file,
+            timeline,
+        })
+    }
+
+    /// The case as a checked scenario (what `flitctl sim` would run from
+    /// its files).
+    pub fn scenario(&self) -> Result<Scenario> {
+        let topo = self.topo.build()?;
+        let mut actions = Vec::new();
+        for (i, (at, kind, target, count)) in self.timeline.iter().enumerate() {
+            let target_ref = if matches!(
+                kind,
+                ActionKind::KillLink | ActionKind::RestoreLink | ActionKind::Corrupt
+            ) {
+                let link = crate::parse::parse_link(&topo, target)?;
+                let (name, port) = target.rsplit_once(':').context("NODE:PORT")?;
+                let node = topo.find_node(name).context("node")?;
+                Target::Link {
+                    link,
+                    end: flitnet_core::topology::PortRef {
+                        node,
+                        port: port.parse()?,
+                    },
+                }
+            } else {
+                match topo.find_node(target) {
+                    Some(NodeRef::Switch(s)) => Target::Switch(s),
+                    _ => anyhow::bail!("no switch {target}"),
+                }
+            };
+            actions.push(Action {
+                at: *at,
+                kind: *kind,
+                target: target_ref,
+                label: target.clone(),
+                count: *count,
+                origin: format!("timeline[{i}]"),
+            });
+        }
+        Ok(Scenario {
+            path: PathBuf::from(format!("swarm-{}.yaml", self.seed)),
+            file: self.file.clone(),
+            topo,
+            topology_path: PathBuf::from("topology.yaml"),
+            actions,
+        })
+    }
+
+    /// The scenario file of this case (beside `topology.yaml`).
+    pub fn yaml(&self) -> String {
+        let f = &self.file;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# flitctl sim swarm case {} (flitctl sim --replay {})",
+            self.seed, self.seed
+        );
+        let _ = writeln!(s, "topology: topology.yaml");
+        let _ = writeln!(s, "mechanism: {}", f.mechanism.name());
+        if f.recovery_protocol.is_on() {
+            let _ = writeln!(s, "recovery_protocol: {}", f.recovery_protocol.name());
+        }
+        let _ = writeln!(s, "seed: {}", f.seed);
+        let t = &f.traffic;
+        let _ = writeln!(
+            s,
+            "traffic: {{pattern: {}, load: {}, message_flits: {}, duration: {}ms}}",
+            t.pattern,
+            t.load,
+            t.message_flits,
+            t.duration.0.as_millis()
+        );
+        let b = &f.fabric;
+        let _ = writeln!(
+            s,
+            "fabric: {{vcs: {}, buffer_depth: {}, bandwidth: {}, delay: {}us, dead_after: {}ms, max_packet_flits: {}, link_retrain: {}ms}}",
+            b.vcs,
+            b.buffer_depth,
+            b.bandwidth,
+            b.delay.0.as_micros(),
+            b.dead_after.0.as_millis(),
+            b.max_packet_flits,
+            b.link_retrain.0.as_millis()
+        );
+        if !self.timeline.is_empty() {
+            let _ = writeln!(s, "timeline:");
+        }
+        for (at, kind, target, count) in &self.timeline {
+            let _ = write!(
+                s,
+                "  - {{at: {}us, action: {}, target: \"{}\"",
+                at.as_micros(),
+                kind.name(),
+                target
+            );
+            if *kind == ActionKind::Corrupt {
+                let _ = write!(s, ", count: {count}");
+            }
+            let _ = writeln!(s, "}}");
+        }
+        s
+    }
+}
+
+/// What one run checked.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verdict {
+    pub seed: u64,
+    /// Broken invariants, each `name: detail`.
+    pub violations: Vec<String>,
+    /// Set when the violations are a documented limitation of the
+    /// mechanism (outside its promise), with where it is documented.
+    pub explained: Option<String>,
+    pub summary: String,
+}
+
+/// A switch SIGKILLed and restarted before its neighbours' keepalive
+/// timeout: the neighbours never see it go and keep sending to the dead
+/// incarnation; SBRP has no cut to recover from, and without SBRP a worm
+/// the restart cut can hold its path (docs/sbrp.md, "Still open").
+fn restart_before_detection(case: &Case) -> bool {
+    let dead = case.file.fabric.dead_after.0;
+    case.timeline.iter().any(|(at, kind, target, _)| {
+        *kind == ActionKind::SigkillSwitch
+            && case.timeline.iter().any(|(back, k, t, _)| {
+                *k == ActionKind::RestartSwitch && t == target && *back > *at && *back - *at < dead
+            })
+    })
+}
+
+/// Runs one case and checks its invariants.
+pub fn check(case: &Case) -> Result<(Verdict, crate::chaos::ChaosReport)> {
+    let scenario = case.scenario()?;
+    let mut plan = crate::sim::scenario_plan(&scenario)?;
+    plan.timing = TIMING;
+    let unreachable = crate::chaos::cut_off_hosts(&scenario.topo, &scenario.actions);
+    let out = Sim::new(&plan, None)?.run(&unreachable)?;
+    let report = crate::sim::chaos_report(&scenario, &plan, &out, &unreachable, None)?;
+    let run = &report.run;
+    let t = &run.totals;
+    let mut violations = Vec::new();
+    if run.credit_violations > 0 {
+        violations.push(format!(
+            "buffer-overflow: {} flits arrived at a full buffer",
+            run.credit_violations
+        ));
+    }
+    let sbrp = scenario.file.promises_delivery();
+    if sbrp {
+        if !run.lossless || t.retained > 0 {
+            violations.push(format!(
+                "exactly-once: {} sent, {} delivered, {} lost, {} duplicated, {} out of order, {} still held (between connected hosts)",
+                t.messages_sent, t.messages_delivered, t.messages_lost, t.duplicates, t.out_of_order, t.retained
+            ));
+        }
+    } else {
+        let acc = &report.accounting;
+        if acc.unaccounted_messages > 0 || t.duplicates > 0 || t.misdelivered_packets > 0 {
+            violations.push(format!(
+                "accounted: {} lost, {} flits counted lost by cause, {} unaccounted; {} duplicated, {} misdelivered",
+                acc.messages_lost, acc.accounted_flits, acc.unaccounted_messages, t.duplicates, t.misdelivered_packets
+            ));
+        }
+    }
+    // Progress: every connected host sent what it generated.
+    let unsent: u64 = out
+        .hosts
+        .iter()
+        .filter(|(n, _)| !unreachable.contains(n))
+        .map(|(_, r)| {
+            r.endpoint
+                .source
+                .generated_messages
+                .saturating_sub(r.endpoint.source.messages_sent)
+        })
+        .sum();
+    if unsent > 0 {
+        violations.push(format!(
+            "progress: connected hosts still had {unsent} messages unsent at the end of the drain"
+        ));
+    } else if sbrp && run.stall.is_some() {
+        violations.push(format!(
+            "progress: stalled with {} messages pending",
+            run.stall.as_ref().map_or(0, |s| s.messages_pending)
+        ));
+    }
+    let summary = format!(
+        "{} {} {} actions: {} sent, {} delivered, {} lost ({} to cut-off hosts), {} re-routes, {} resent",
+        topo_label(&case.topo),
+        scenario.file.mechanism_name(),
+        case.timeline.len(),
+        t.messages_sent,
+        t.messages_delivered,
+        t.messages_lost,
+        t.lost_unreachable,
+        report.reroutes,
+        report.packets_resent
+    );
+    let explained = (!violations.is_empty() && restart_before_detection(case)).then(|| {
+        "a switch restarted faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string()
+    });
+    Ok((
+        Verdict {
+            seed: case.seed,
+            violations,
+            explained,
+            summary,
+        },
+        report,
+    ))
+}
+
+fn topo_label(t: &TopoSpec) -> String {
+    match t {
+        TopoSpec::Kary { k, n } => format!("{k}-ary {n}-tree"),
+        TopoSpec::Pgft(p) => format!("PGFT({:?};{:?};{:?})", p.m, p.w, p.p),
+        TopoSpec::Ruft { k, n } => format!("{k}-ary {n}-RUFT"),
+        TopoSpec::Mesh(d) => format!("mesh {d:?}"),
+        TopoSpec::Torus(d) => format!("torus {d:?}"),
+        TopoSpec::Hypercube(d) => format!("{d}-cube"),
+    }
+}
+
+/// The run seed of run `i` of a swarm seeded `seed` (SplitMix64).
+pub fn run_seed(seed: u64, i: u64) -> u64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i.wrapping_add(1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A smaller case that still fails: faults dropped one at a time (a
+/// repair goes with its fault), then the traffic shortened.
+pub fn shrink(case: &Case) -> Case {
+    let fails = |c: &Case| {
+        check(c)
+            .map(|(v, _)| !v.violations.is_empty())
+            .unwrap_or(false)
+    };
+    let mut best = case.clone();
+    let mut i = 0;
+    while i < best.timeline.len() {
+        let mut c = best.clone();
+        let (_, kind, target, _) = c.timeline[i].clone();
+        c.timeline.remove(i);
+        if !kind.is_repair() {
+            // Its repair goes too.
+            if let Some(j) = c
+                .timeline
+                .iter()
+                .position(|e| e.2 == target && e.1.is_repair())
+            {
+                c.timeline.remove(j);
+            }
+        } else {
+            i += 1;
+            continue;
+        }
+        if fails(&c) {
+            best = c;
+        } else {
+            i += 1;
+        }
+    }
+    // Shorter traffic, as long as every fault stays within it.
+    loop {
+        let mut c = best.clone();
+        let last = c.timeline.iter().map(|e| e.0).max().unwrap_or_default();
+        let d = c.file.traffic.duration.0 * 3 / 4;
+        if d <= last + Duration::from_millis(2) || d < Duration::from_millis(5) {
+            break;
+        }
+        c.file.traffic.duration = Time(d);
+        if fails(&c) {
+            best = c;
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// Failures shrunk per swarm (each shrink re-runs the case a few times);
+/// later ones are listed with their seed for `--replay`.
+const SHRINK_AT_MOST: usize = 10;
+
+fn describe_failure(
+    v: &Verdict,
+    case: &Case,
+    out: Option<&PathBuf>,
+    shrink_it: bool,
+) -> Result<String> {
+    let mut s = String::new();
+    match &v.explained {
+        Some(why) => {
+            let _ = writeln!(s, "EXPLAINED seed {}: {} — {why}", v.seed, v.summary);
+        }
+        None => {
+            let _ = writeln!(s, "FAILED seed {}: {}", v.seed, v.summary);
+        }
+    }
+    for x in &v.violations {
+        let _ = writeln!(s, "  violated {x}");
+    }
+    if !shrink_it {
+        let _ = writeln!(
+            s,
+            "  replay with: flitctl sim --replay {} (not shrunk: {SHRINK_AT_MOST} were)",
+            v.seed
+        );
+        return Ok(s);
+    }
+    let small = shrink(case);
+    let _ = writeln!(
+        s,
+        "  shrunk to {} of {} timeline entries, {} ms of traffic; replay with: flitctl sim --replay {}",
+        small.timeline.len(),
+        case.timeline.len(),
+        small.file.traffic.duration.0.as_millis(),
+        v.seed
+    );
+    let _ = writeln!(s, "  --- topology.yaml\n{}", indent(&small.topo.yaml()));
+    let _ = writeln!(s, "  --- swarm-{}.yaml\n{}", v.seed, indent(&small.yaml()));
+    if let Some(dir) = out {
+        let d = dir.join(format!("swarm-{}", v.seed));
+        std::fs::create_dir_all(&d)?;
+        std::fs::write(d.join("topology.yaml"), small.topo.yaml())?;
+        std::fs::write(d.join("scenario.yaml"), small.yaml())?;
+        let _ = writeln!(s, "  written to {}", d.display());
+    }
+    Ok(s)
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// `flitctl sim swarm`.
+pub fn run(args: SwarmArgs) -> Result<()> {
+    let started = Instant::now();
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= args.runs || stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let seed = run_seed(args.seed, i);
+                let r = Case::draw(seed).and_then(|c| {
+                    let (v, _) = check(&c)?;
+                    Ok((c, v))
+                });
+                let failed =
+                    !matches!(&r, Ok((_, v)) if v.violations.is_empty() || v.explained.is_some());
+                if failed && args.fail_fast {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                results.lock().expect("results").push((i, seed, r));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|r| r.0);
+    let mut failures = Vec::new();
+    let mut explained = Vec::new();
+    let mut errors = Vec::new();
+    let mut text = String::new();
+    for (_, seed, r) in &results {
+        match r {
+            Ok((case, v)) if !v.violations.is_empty() => {
+                let shrink_it = failures.len() + explained.len() < SHRINK_AT_MOST;
+                text.push_str(&describe_failure(v, case, args.out.as_ref(), shrink_it)?);
+                if v.explained.is_some() {
+                    explained.push(v.clone());
+                } else {
+                    failures.push(v.clone());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = writeln!(text, "ERROR seed {seed}: {e:#}");
+                errors.push((*seed, format!("{e:#}")));
+            }
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "seed": args.seed,
+                "runs": results.len(),
+                "failures": failures,
+                "explained": explained,
+                "errors": errors.iter().map(|(s, e)| serde_json::json!({"seed": s, "error": e})).collect::<Vec<_>>(),
+                "seconds": took,
+            }))?
+        );
+    } else {
+        print!("{text}");
+        println!(
+            "swarm seed {}: {} runs in {:.1} s, {} failed, {} broke an invariant in a documented way (outside the promise), {} could not run",
+            args.seed,
+            results.len(),
+            took,
+            failures.len(),
+            explained.len(),
+            errors.len()
+        );
+    }
+    if !failures.is_empty() || !errors.is_empty() {
+        anyhow::bail!(
+            "{} of {} swarm runs broke an invariant ({} could not run)",
+            failures.len(),
+            results.len(),
+            errors.len()
+        );
+    }
+    Ok(())
+}
+
+/// `flitctl sim --replay SEED`.
+pub fn replay(seed: u64) -> Result<()> {
+    let case = Case::draw(seed)?;
+    println!("--- topology.yaml\n{}", case.topo.yaml());
+    println!("--- swarm-{seed}.yaml\n{}", case.yaml());
+    let (v, report) = check(&case)?;
+    print!("{report}");
+    if v.violations.is_empty() {
+        println!("seed {seed}: every invariant held ({})", v.summary);
+        return Ok(());
+    }
+    for x in &v.violations {
+        println!("violated {x}");
+    }
+    if let Some(why) = &v.explained {
+        println!("explained: {why}");
+    }
+    anyhow::bail!("seed {seed}: {} invariants broken", v.violations.len())
+}
+
+/// A registered mechanism by its spelling (the swarm draws from fixed
+/// lists, so a run's seed always draws the same one).
+fn named(name: &str) -> Mechanism {
+    Mechanism::parse(name).expect("the swarm names registered mechanisms")
+}
