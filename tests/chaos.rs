@@ -102,7 +102,7 @@ fn controller_reroutes_a_4_ary_3_tree_around_a_dead_link_and_a_killed_switch() {
         "kary-4-3.yaml",
         "mechanism: reroute\nseed: 3\n\
          traffic: {pattern: uniform, load: 0.05, duration: 6s}\n\
-         fabric: {bandwidth: 20000, dead_after: 600ms}\n\
+         fabric: {bandwidth: 20000, dead-after: 600ms}\n\
          timeline:\n\
          \x20 - {at: 1.5s, action: kill-link, target: \"s1-00:4\"}\n\
          \x20 - {at: 3s, action: sigkill-switch, target: \"s1-05\"}\n",
@@ -164,7 +164,7 @@ fn a_sigkilled_switchd_is_detected_by_its_neighbours_keepalive_and_restarts() {
         "kary-4-2.yaml",
         "mechanism: reroute\n\
          traffic: {pattern: uniform, load: 0.05, duration: 4s}\n\
-         fabric: {bandwidth: 20000, dead_after: 300ms}\n\
+         fabric: {bandwidth: 20000, dead-after: 300ms}\n\
          timeline:\n\
          \x20 - {at: 1s, action: sigkill-switch, target: \"s1-1\"}\n\
          \x20 - {at: 2.5s, action: restart-switch, target: \"s1-1\"}\n",
@@ -210,7 +210,7 @@ fn restoring_a_switch_brings_traffic_back_without_further_loss() {
         "kary-4-2.yaml",
         "mechanism: reroute\n\
          traffic: {pattern: uniform, load: 0.05, duration: 4.5s}\n\
-         fabric: {bandwidth: 20000, dead_after: 500ms}\n\
+         fabric: {bandwidth: 20000, dead-after: 500ms}\n\
          timeline:\n\
          \x20 - {at: 1s, action: kill-switch, target: \"s1-2\"}\n\
          \x20 - {at: 2s, action: restore-switch, target: \"s1-2\"}\n",
@@ -310,8 +310,8 @@ fn sbrp2_sets_apart_only_the_flows_of_a_killed_routers_host() {
         "sbrp-kill",
         "hypercube-4.yaml",
         "mechanism: sbrp2\nseed: 3\n\
-         traffic: {pattern: uniform, load: 0.1, message_flits: 32, duration: 4s}\n\
-         fabric: {bandwidth: 20000, dead_after: 300ms, max_packet_flits: 32}\n\
+         traffic: {pattern: uniform, load: 0.1, message-flits: 32, duration: 4s}\n\
+         fabric: {bandwidth: 20000, dead-after: 300ms, max-packet-flits: 32}\n\
          timeline:\n\
          \x20 - {at: 1s, action: kill-link, target: \"r05:2\"}\n\
          \x20 - {at: 1.5s, action: sigkill-switch, target: \"r10\"}\n\
@@ -344,7 +344,7 @@ fn dlr_switches_route_around_a_dead_link_and_a_killed_switch_on_their_own() {
         "kary-3-3.yaml",
         "mechanism: dlr\nseed: 2\n\
          traffic: {pattern: uniform, load: 0.02, duration: 4s}\n\
-         fabric: {vcs: 3, buffer_depth: 16, bandwidth: 10000, dead_after: 1s}\n\
+         fabric: {vcs: 3, buffer-depth: 16, bandwidth: 10000, dead-after: 1s}\n\
          timeline:\n\
          \x20 - {at: 1s, action: kill-link, target: \"s1-0:3\"}\n\
          \x20 - {at: 2s, action: sigkill-switch, target: \"s1-4\"}\n",
@@ -396,8 +396,8 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
         (
             "mechanism",
             "mechanism: prayer\n",
-            "line 2",
-            "unknown variant `prayer`",
+            ":2: mechanism",
+            "unknown mechanism `prayer`",
         ),
         (
             // (corrupt itself is accepted with SBRP: a link error is a port
@@ -475,8 +475,8 @@ fn corruption_body() -> String {
 /// Datagrams damaged on two switch-to-host links (`r05:0` faces h05): the
 /// host end detects the errors and resets the switch's port.
 const HOST_CORRUPTION: &str = "seed: 3
-traffic: {pattern: uniform, load: 0.2, message_flits: 32, duration: 3s}
-fabric: {bandwidth: 20000, dead_after: 300ms, max_packet_flits: 32}
+traffic: {pattern: uniform, load: 0.2, message-flits: 32, duration: 3s}
+fabric: {bandwidth: 20000, dead-after: 300ms, max-packet-flits: 32}
 timeline:
   - {at: 1s, action: corrupt, target: \"r05:0\", count: 3}
   - {at: 1.8s, action: corrupt, target: \"r09:0\", count: 1}
@@ -658,8 +658,8 @@ fn sbrp2_delivers_every_message_exactly_once_through_corrupted_host_links() {
 #[test]
 fn sbrp2_routes_around_a_link_whose_errors_persist() {
     let body = "seed: 3
-traffic: {pattern: uniform, load: 0.2, message_flits: 32, duration: 3s}
-fabric: {bandwidth: 20000, dead_after: 300ms, max_packet_flits: 32}
+traffic: {pattern: uniform, load: 0.2, message-flits: 32, duration: 3s}
+fabric: {bandwidth: 20000, dead-after: 300ms, max-packet-flits: 32}
 timeline:
   - {at: 1s, action: corrupt, target: \"r05:2\", count: 60}
 ";

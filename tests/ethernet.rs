@@ -370,7 +370,7 @@ fn chaos_sigkill_restart_and_switch_disable_over_ethernet() {
             "topology: {}\n\
              mechanism: reroute\n\
              traffic: {{pattern: uniform, load: 0.05, duration: 4.5s}}\n\
-             fabric: {{bandwidth: 20000, dead_after: 300ms, transport: ethernet}}\n\
+             fabric: {{bandwidth: 20000, dead-after: 300ms, transport: ethernet}}\n\
              timeline:\n\
              \x20 - {{at: 0.8s, action: sigkill-switch, target: \"s1-1\"}}\n\
              \x20 - {{at: 1.8s, action: restart-switch, target: \"s1-1\"}}\n\

@@ -289,8 +289,8 @@ fn dlr_returns_to_the_original_routes_when_the_link_is_repaired() {
         &scenario,
         format!(
             "topology: {}\nmechanism: dlr\nseed: 5\n\
-             traffic: {{pattern: uniform, load: 0.02, message_flits: 16, duration: 4s}}\n\
-             fabric: {{vcs: 3, buffer_depth: 16, bandwidth: 10000, dead_after: 1s}}\n\
+             traffic: {{pattern: uniform, load: 0.02, message-flits: 16, duration: 4s}}\n\
+             fabric: {{vcs: 3, buffer-depth: 16, bandwidth: 10000, dead-after: 1s}}\n\
              timeline:\n\
              \x20 - {{at: 1s, action: kill-link, target: \"s1-0:3\"}}\n\
              \x20 - {{at: 2s, action: restore-link, target: \"s1-0:3\"}}\n",

@@ -464,13 +464,13 @@ impl Case {
         let _ = writeln!(s, "topology: topology.yaml");
         let _ = writeln!(s, "mechanism: {}", f.mechanism.name());
         if f.recovery_protocol.is_on() {
-            let _ = writeln!(s, "recovery_protocol: {}", f.recovery_protocol.name());
+            let _ = writeln!(s, "recovery-protocol: {}", f.recovery_protocol.name());
         }
         let _ = writeln!(s, "seed: {}", f.seed);
         let t = &f.traffic;
         let _ = writeln!(
             s,
-            "traffic: {{pattern: {}, load: {}, message_flits: {}, duration: {}ms}}",
+            "traffic: {{pattern: {}, load: {}, message-flits: {}, duration: {}ms}}",
             t.pattern,
             t.load,
             t.message_flits,
@@ -479,7 +479,7 @@ impl Case {
         let b = &f.fabric;
         let _ = writeln!(
             s,
-            "fabric: {{vcs: {}, buffer_depth: {}, bandwidth: {}, delay: {}us, dead_after: {}ms, max_packet_flits: {}, link_retrain: {}ms}}",
+            "fabric: {{vcs: {}, buffer-depth: {}, bandwidth: {}, delay: {}us, dead-after: {}ms, max-packet-flits: {}, link-retrain: {}ms}}",
             b.vcs,
             b.buffer_depth,
             b.bandwidth,
