@@ -91,7 +91,7 @@ fn torus_hosts_switch_to_intermediate_nodes_after_a_link_kill() {
     // I: 2 legs × (dateline pair) + 1 adaptive.
     let report = kill_a_torus_link("i", "5");
     let i = &report["intermediate"];
-    assert_eq!(i["mechanism"], "I");
+    assert_eq!(i["mechanism"], "i");
     // The hosts switched: packets went via intermediates, and the switches
     // popped the legs there (never more pops than such packets: one IN each).
     let via = u(&i["packets_via_intermediate"]);
@@ -105,7 +105,7 @@ fn torus_hosts_switch_to_misroute_runs_after_a_link_kill() {
     // M: one leg, direction-order escape pair + 1 adaptive.
     let report = kill_a_torus_link("m", "3");
     let i = &report["intermediate"];
-    assert_eq!(i["mechanism"], "M");
+    assert_eq!(i["mechanism"], "m");
     let misrouted = u(&i["packets_misrouted"]);
     assert!(misrouted > 0, "no packet was misrouted: {i:#}");
     assert!(u(&i["misroute_hops"]) > 0, "{i:#}");

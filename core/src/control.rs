@@ -317,8 +317,10 @@ impl FabricParams {
                 )));
             }
         }
+        // A latency in flit times scales with the links; one in ns is capped
+        // in ns.
         let latency = f.switch_latency.ns(flit_ns);
-        if latency > MAX_SWITCH_LATENCY_NS {
+        if matches!(f.switch_latency, SwitchLatency::Ns(_)) && latency > MAX_SWITCH_LATENCY_NS {
             return Err(ConfigError(format!(
                 "switch latency {} = {latency} ns must be at most {} ms",
                 f.switch_latency,
