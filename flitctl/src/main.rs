@@ -145,7 +145,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Topo(cmd) => topo::run(cmd),
-        Command::Up(args) => up::run(args),
+        Command::Up(args) => flitctl::capacity::check_up(&args).and_then(|()| up::run(args)),
         Command::Chaos(args) => chaos::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Route(args) => route::run(args),

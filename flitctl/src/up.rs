@@ -419,8 +419,9 @@ pub fn shortfall(run: &RunReport) -> Option<String> {
     None
 }
 
+/// `flitctl up` once the capacity check (`capacity::check_up`, called by
+/// main) has passed.
 pub fn run(args: UpArgs) -> Result<()> {
-    crate::capacity::check_up(&args)?;
     let outcome = execute(&args)?;
     print_outcome(&args, outcome)
 }
