@@ -381,6 +381,7 @@ fn describe_metrics() {
         Unit::Seconds,
         "Message generation to delivery."
     );
+    flitnet_runtime::event_loop::describe_fidelity_metrics();
 }
 
 fn main() -> Result<()> {

@@ -408,6 +408,23 @@ fn publish_loop_metrics<N: Daemon + ?Sized>(
     metrics::gauge!("flitnet_time_dilation", kind => name).set(dilation() as f64);
 }
 
+/// Registers the help text of the loop's fidelity gauges (Prometheus'
+/// exposition format wants one per family).
+pub fn describe_fidelity_metrics() {
+    metrics::describe_gauge!(
+        "flitnet_timer_lateness_seconds",
+        "How late the event loop fired timers since it started, emulated seconds (stat p50, p99, max)."
+    );
+    metrics::describe_gauge!(
+        "flitnet_sched_wait_ratio",
+        "Share of wall time since the loop started that its thread waited for a CPU."
+    );
+    metrics::describe_gauge!(
+        "flitnet_time_dilation",
+        "The run's time dilation factor: emulated time is wall time divided by it."
+    );
+}
+
 /// Adds the loop's own figures to a `Report` answer: how late timers fired,
 /// what the transport did (datagrams per system call), how long the daemon
 /// waited to run, how fast backlogged links went.

@@ -480,6 +480,7 @@ fn describe_metrics() {
     ] {
         describe_gauge!(name, help);
     }
+    flitnet_runtime::event_loop::describe_fidelity_metrics();
 }
 
 fn main() -> Result<()> {
