@@ -7,8 +7,7 @@ use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
-    DaemonConfig, HostDaemonReport, HostLinkReport, LinkState, NodeKind, Reply, Request, Response,
-    Role, TrafficSpec,
+    DaemonConfig, HostDaemonReport, NodeKind, Reply, Request, Response, Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::retained::ReleasePolicy;
@@ -147,42 +146,10 @@ impl Daemon for HostNode {
             Request::InFlight => Response::reply(Reply::InFlight {
                 in_flight_flits: self.endpoint.in_flight_flits(),
             }),
-            Request::Report => {
-                // A host on one-way links has a receive link too: its
-                // errors and overflows count with the sending link's.
-                let links: Vec<(PortNo, &flitnet_core::link::Link)> =
-                    std::iter::once((self.endpoint.link().port(), self.endpoint.link()))
-                        .chain(self.endpoint.receive_link())
-                        .collect();
-                let sum = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
-                    links.iter().map(|(_, l)| f(l.stats())).sum()
-                };
-                let max = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
-                    links.iter().map(|(_, l)| f(l.stats())).max().unwrap_or(0)
-                };
-                Response::reply(Reply::HostReport(Box::new(HostDaemonReport {
-                    name: self.name.clone(),
-                    endpoint: self.endpoint.report(),
-                    drained: self.endpoint.is_drained(),
-                    credit_violations: sum(|s| s.rx_overflow),
-                    // Credits of a live link not back from the switch (in a
-                    // drained fabric: a leak).
-                    credits_missing: self.endpoint.link().credits_missing(),
-                    link: HostLinkReport {
-                        crc_errors: sum(|s| s.crc_errors),
-                        bad_datagrams: sum(|s| s.bad_datagrams),
-                        seq_gaps: sum(|s| s.seq_gaps),
-                        lost_flits: sum(|s| s.rx_lost_flits),
-                        link_errors: sum(|s| s.link_errors),
-                        peer_link_resets: sum(|s| s.peer_link_resets),
-                        retrains: sum(|s| s.retrains),
-                        last_recovery_ns: max(|s| s.last_recovery_ns),
-                        max_recovery_ns: max(|s| s.max_recovery_ns),
-                    },
-                    links: links.iter().map(|(p, l)| LinkState::of(*p, l)).collect(),
-                    event_loop: Default::default(),
-                })))
-            }
+            Request::Report => Response::reply(Reply::HostReport(Box::new(HostDaemonReport::of(
+                self.name.clone(),
+                &self.endpoint,
+            )))),
             Request::SetPort { port: 0, up } => {
                 self.endpoint.link_mut().set_admin_up(up);
                 Response::ok()

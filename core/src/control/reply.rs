@@ -2,7 +2,7 @@
 //! reply kind ([`Reply`]); the controller matches on it instead of looking
 //! up JSON keys, so a renamed field is a compile error on both sides.
 
-use crate::host::endpoint::HostReport;
+use crate::host::endpoint::{HostEndpoint, HostReport};
 use crate::link::Link;
 use crate::mechanism::intermediate::RouteTableSummary;
 use crate::mechanism::sbrp::SbrpSwitchCounters;
@@ -228,6 +228,45 @@ pub struct HostDaemonReport {
     pub links: Vec<LinkState>,
     #[serde(default)]
     pub event_loop: LoopReport,
+}
+
+impl HostDaemonReport {
+    /// What host `name` reports of its endpoint (the event loop's figures
+    /// are the daemon's to add). A host on one-way links has a receive
+    /// link too: its errors and overflows count with the sending link's.
+    pub fn of(name: String, e: &HostEndpoint) -> Self {
+        let links: Vec<(PortNo, &Link)> = std::iter::once((e.link().port(), e.link()))
+            .chain(e.receive_link())
+            .collect();
+        let sum = |f: fn(&crate::link::LinkStats) -> u64| -> u64 {
+            links.iter().map(|(_, l)| f(l.stats())).sum()
+        };
+        let max = |f: fn(&crate::link::LinkStats) -> u64| -> u64 {
+            links.iter().map(|(_, l)| f(l.stats())).max().unwrap_or(0)
+        };
+        HostDaemonReport {
+            name,
+            endpoint: e.report(),
+            drained: e.is_drained(),
+            credit_violations: sum(|s| s.rx_overflow),
+            // Credits of a live link not back from the switch (in a
+            // drained fabric: a leak).
+            credits_missing: e.link().credits_missing(),
+            link: HostLinkReport {
+                crc_errors: sum(|s| s.crc_errors),
+                bad_datagrams: sum(|s| s.bad_datagrams),
+                seq_gaps: sum(|s| s.seq_gaps),
+                lost_flits: sum(|s| s.rx_lost_flits),
+                link_errors: sum(|s| s.link_errors),
+                peer_link_resets: sum(|s| s.peer_link_resets),
+                retrains: sum(|s| s.retrains),
+                last_recovery_ns: max(|s| s.last_recovery_ns),
+                max_recovery_ns: max(|s| s.max_recovery_ns),
+            },
+            links: links.iter().map(|(p, l)| LinkState::of(*p, l)).collect(),
+            event_loop: Default::default(),
+        }
+    }
 }
 
 impl Reply {

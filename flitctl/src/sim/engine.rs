@@ -16,8 +16,7 @@ use crate::route::compute_routes;
 use anyhow::{bail, Context, Result};
 use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
-    EventKind, FabricParams, HostDaemonReport, HostLinkReport, LinkDriver, LinkState, SwitchReport,
-    TrafficSpec,
+    EventKind, FabricParams, HostDaemonReport, LinkDriver, LinkState, SwitchReport, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::retained::ReleasePolicy;
@@ -951,37 +950,7 @@ impl<'p> Sim<'p> {
 
     /// What `hostd` answers to `Report`.
     pub fn host_report(&self, h: usize) -> HostDaemonReport {
-        let e = &self.fabric.hosts[h];
-        let links: Vec<(PortNo, &flitnet_core::link::Link)> =
-            std::iter::once((e.link().port(), e.link()))
-                .chain(e.receive_link())
-                .collect();
-        let sum = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
-            links.iter().map(|(_, l)| f(l.stats())).sum()
-        };
-        let max = |f: fn(&flitnet_core::link::LinkStats) -> u64| -> u64 {
-            links.iter().map(|(_, l)| f(l.stats())).max().unwrap_or(0)
-        };
-        HostDaemonReport {
-            name: self.shells[h].name.clone(),
-            endpoint: e.report(),
-            drained: e.is_drained(),
-            credit_violations: sum(|s| s.rx_overflow),
-            credits_missing: e.link().credits_missing(),
-            link: HostLinkReport {
-                crc_errors: sum(|s| s.crc_errors),
-                bad_datagrams: sum(|s| s.bad_datagrams),
-                seq_gaps: sum(|s| s.seq_gaps),
-                lost_flits: sum(|s| s.rx_lost_flits),
-                link_errors: sum(|s| s.link_errors),
-                peer_link_resets: sum(|s| s.peer_link_resets),
-                retrains: sum(|s| s.retrains),
-                last_recovery_ns: max(|s| s.last_recovery_ns),
-                max_recovery_ns: max(|s| s.max_recovery_ns),
-            },
-            links: links.iter().map(|(p, l)| LinkState::of(*p, l)).collect(),
-            event_loop: Default::default(),
-        }
+        HostDaemonReport::of(self.shells[h].name.clone(), &self.fabric.hosts[h])
     }
 
     /// What `switchd` answers to `Report`.
