@@ -5,6 +5,7 @@
 //! (the ratio is what to compare across machines). Each workload runs in a
 //! child process of its own, so that its peak resident set is its own.
 
+use crate::controller::decide::Settle;
 use crate::events::ControllerEvent;
 use crate::fabric::Reconfiguration;
 use crate::sim::engine::{ControllerTiming, Op, Plan, Sim, Step};
@@ -169,8 +170,10 @@ fn run_one(w: &Workload, queue: Queue) -> Result<Figures> {
         // Re-routing within the millisecond: the controller's delays
         // scaled down with the interval.
         timing: ControllerTiming {
-            settle_ns: 50_000,
-            settle_max_ns: 100_000,
+            settle: Settle {
+                quiet_ns: 50_000,
+                max_ns: 100_000,
+            },
             install_ns: 100_000,
         },
         drain: false,

@@ -782,66 +782,41 @@ pub fn run_scenario(
     ));
     run.account_unreachable(&topo, &collected.hosts, &drain.unreachable);
     report::save_reports(&run_dir, &topo, &collected.hosts, &collected.switches)?;
-    let acc = accounting(&run, &collected, &ctl.retired, ctl.killed_capacity);
-    let after_last_action = settled.map(|(at_s, sent, delivered, lost_flits)| AfterLastAction {
-        at_s,
-        in_flight_messages: sent.saturating_sub(delivered),
-        flits_dropped_since: flits_lost_total(&collected.switches).saturating_sub(lost_flits),
-        delivered_since: run.totals.messages_delivered.saturating_sub(delivered),
-    });
     let samples = samples.lock().expect("samples poisoned").clone();
     let cumulative: Vec<(f64, u64)> = samples.iter().map(|s| (s.t_s, s.delivered_flits)).collect();
-    let throughput = plot::rates(&cumulative);
-    let markers: Vec<Marker> = actions
-        .iter()
-        .map(|a| Marker {
-            t_s: a.at_s,
-            label: format!("{} {}", a.action, a.element),
-            repair: a.action.starts_with("restore") || a.action.starts_with("restart"),
-        })
-        .collect();
-    let svg = plot::line_chart(
-        &format!(
+    let plot_path = run_dir.join("throughput.svg");
+    let plot = if crate::rundir::removed_when_done(&run_dir) {
+        "(removed with the run directory; --keep or --run-dir keeps it)".into()
+    } else {
+        plot_path.display().to_string()
+    };
+    let (report, svg) = ChaosReport::assemble(Assembly {
+        scenario: &scenario.path.display().to_string(),
+        mechanism: f.mechanism_name(),
+        title: format!(
             "{} under {} ({})",
             topo.name,
             scenario.path.display(),
             f.mechanism_name()
         ),
-        "delivered flits/s",
-        &throughput,
-        &markers,
-    );
-    let plot_path = run_dir.join("throughput.svg");
-    crate::rundir::write(&plot_path, svg)?;
-    let (promise, kept) = verdict(f.promises_delivery(), &run, &acc);
-    let report = ChaosReport {
-        scenario: scenario.path.display().to_string(),
-        mechanism: f.mechanism_name(),
+        promises_delivery: f.promises_delivery(),
         run,
         actions,
-        accounting: acc,
-        after_last_action,
-        packets_resent: collected
-            .hosts
-            .iter()
-            .map(|(_, r)| r.endpoint.sbrp.resent_packets)
-            .sum(),
+        collected: &collected,
+        retired: &ctl.retired,
+        killed_capacity: ctl.killed_capacity,
+        settled: settled.map(|(at_s, sent, delivered, lost_flits)| SettledAt {
+            at_s,
+            sent,
+            delivered,
+            lost_flits,
+        }),
+        cumulative: &cumulative,
         reroutes: ctl.ctl.reroutes,
-        local_reroutes: collected
-            .switches
-            .iter()
-            .map(|(_, r)| r.counters.reroutes)
-            .sum(),
         failed_actions: ctl.failed_actions.clone(),
-        throughput,
-        plot: if crate::rundir::removed_when_done(&run_dir) {
-            "(removed with the run directory; --keep or --run-dir keeps it)".into()
-        } else {
-            plot_path.display().to_string()
-        },
-        promise,
-        promise_kept: kept,
-    };
+        plot,
+    });
+    crate::rundir::write(&plot_path, svg)?;
     ctl.ctl.fabric.stop()?;
     crate::rundir::write(
         &run_dir.join("report.json"),
@@ -849,6 +824,86 @@ pub fn run_scenario(
     )?;
     crate::rundir::write(&run_dir.join("report.txt"), report.to_string())?;
     Ok(report)
+}
+
+/// The controller's state once the last action is over (see
+/// [`AfterLastAction`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SettledAt {
+    pub at_s: f64,
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost_flits: u64,
+}
+
+/// A chaos run's figures, live or simulated, before they become its report.
+pub(crate) struct Assembly<'a> {
+    pub scenario: &'a str,
+    pub mechanism: String,
+    /// The throughput plot's title.
+    pub title: String,
+    pub promises_delivery: bool,
+    pub run: RunReport,
+    pub actions: Vec<ActionTiming>,
+    pub collected: &'a Collected,
+    pub retired: &'a [SwitchReport],
+    pub killed_capacity: u64,
+    pub settled: Option<SettledAt>,
+    /// (seconds after traffic started, delivered flits so far).
+    pub cumulative: &'a [(f64, u64)],
+    pub reroutes: usize,
+    pub failed_actions: Vec<String>,
+    /// Where the plot is, as the report says it.
+    pub plot: String,
+}
+
+impl ChaosReport {
+    /// The report of a run and its throughput plot (SVG), the same for
+    /// `chaos` and `sim`.
+    pub(crate) fn assemble(a: Assembly) -> (ChaosReport, String) {
+        let acc = accounting(&a.run, a.collected, a.retired, a.killed_capacity);
+        let switches = &a.collected.switches;
+        let after_last_action = a.settled.map(|s| AfterLastAction {
+            at_s: s.at_s,
+            in_flight_messages: s.sent.saturating_sub(s.delivered),
+            flits_dropped_since: flits_lost_total(switches).saturating_sub(s.lost_flits),
+            delivered_since: a.run.totals.messages_delivered.saturating_sub(s.delivered),
+        });
+        let throughput = plot::rates(a.cumulative);
+        let markers: Vec<Marker> = a
+            .actions
+            .iter()
+            .map(|t| Marker {
+                t_s: t.at_s,
+                label: format!("{} {}", t.action, t.element),
+                repair: t.action.starts_with("restore") || t.action.starts_with("restart"),
+            })
+            .collect();
+        let svg = plot::line_chart(&a.title, "delivered flits/s", &throughput, &markers);
+        let (promise, promise_kept) = verdict(a.promises_delivery, &a.run, &acc);
+        let report = ChaosReport {
+            scenario: a.scenario.to_string(),
+            mechanism: a.mechanism,
+            packets_resent: a
+                .collected
+                .hosts
+                .iter()
+                .map(|(_, r)| r.endpoint.sbrp.resent_packets)
+                .sum(),
+            local_reroutes: switches.iter().map(|(_, r)| r.counters.reroutes).sum(),
+            run: a.run,
+            actions: a.actions,
+            accounting: acc,
+            after_last_action,
+            reroutes: a.reroutes,
+            failed_actions: a.failed_actions,
+            throughput,
+            plot: a.plot,
+            promise,
+            promise_kept,
+        };
+        (report, svg)
+    }
 }
 
 /// What the mechanism promises, and whether the run kept it.

@@ -6,13 +6,15 @@
 //! what the daemons report. Fault timing is read back from the event log
 //! ([`fault_timing`]), so every front end times faults the same way.
 
+pub mod decide;
+
 use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
 use crate::fabric::{Fabric, Reconfiguration};
 use crate::mechanism::intermediate::IntermediateSetup;
-use crate::route::compute_routes;
+use decide::{Decider, Reroute, Settle};
 use flitnet_core::routing::RoutingTables;
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
-use flitnet_runtime::clock::emulated;
+use flitnet_core::topology::{LinkId, NodeRef, PortRef, Topology};
+use flitnet_runtime::clock::{emulated, now_ns};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -45,14 +47,11 @@ pub struct Controller<'a> {
     pub fabric: Fabric,
     pub events: EventLog,
     pub policy: Policy,
-    /// Ends (node, port) whose daemon last reported the port down.
-    down_ends: BTreeSet<PortRef>,
-    /// Tables currently installed and the links they avoid.
+    /// What the daemons' reports say, and when to act on them.
+    decider: Decider,
+    /// Tables currently installed.
     pub tables: RoutingTables,
-    routed_around: BTreeSet<LinkId>,
     cursor: usize,
-    /// First and latest unhandled change of `down_ends`.
-    dirty: Option<(Instant, Instant)>,
     /// Route recomputations installed.
     pub reroutes: usize,
 }
@@ -72,71 +71,39 @@ impl<'a> Controller<'a> {
             topo,
             fabric,
             events,
+            decider: Decider::new(policy.reroute, Settle::default()),
             policy,
-            down_ends: BTreeSet::new(),
             tables,
-            routed_around: BTreeSet::new(),
             cursor,
-            dirty: None,
             reroutes: 0,
         }
     }
 
     /// Links the daemons say are down (either end reported it).
     pub fn detected_faults(&self) -> BTreeSet<LinkId> {
-        self.down_ends
-            .iter()
-            .filter_map(|&end| self.topo.link_at(end))
-            .collect()
+        self.decider.detected_faults(self.topo)
     }
 
     /// Whether port events are waiting to be acted on.
     pub fn is_busy(&self) -> bool {
-        self.dirty.is_some()
+        self.decider.is_busy()
     }
 
-    /// Takes in new records: daemons' port events change `down_ends`.
+    /// Takes in new records.
     fn absorb(&mut self, records: Vec<Record>) {
         self.cursor += records.len();
-        let now = Instant::now();
-        for r in records {
-            if r.is_controller() {
-                continue;
-            }
-            let Some(node) = self.topo.find_node(&r.source) else {
-                continue;
-            };
-            // A link error is transient: the link retrains on its own
-            // within `link_retrain_ns` (docs/wire.md), as an InfiniBand
-            // port does without its subnet manager re-routing. Routing
-            // around it would swap tables twice within tens of ms, and
-            // packets routed by the old and new engines at once can
-            // deadlock. The recovery protocol covers what the dead port
-            // drops; if the link stays dead, the peer's silence after the
-            // retrain is a port-down like any other.
-            let changed = if let Some(port) = r.port_down() {
-                self.down_ends.insert(PortRef { node, port })
-            } else if let Some(port) = r.port_up() {
-                self.down_ends.remove(&PortRef { node, port })
-            } else {
-                false
-            };
-            if changed && self.policy.reroute {
-                let first = self.dirty.map_or(now, |d| d.0);
-                self.dirty = Some((first, now));
-            }
+        let now = now_ns();
+        for r in &records {
+            self.decider.absorb(self.topo, r, now);
         }
     }
 
-    /// When a recomputation is due, if one is pending.
+    /// When a recomputation is due (wall clock), if one is pending.
     fn reroute_due(&self) -> Option<Instant> {
-        if !self.policy.reroute {
-            return None;
-        }
+        let due = self.decider.due()?;
+        let wait = Duration::from_nanos(due.saturating_sub(now_ns()));
         // Emulated durations: under dilation they last N times longer.
-        let wall = flitnet_runtime::clock::wall;
-        self.dirty
-            .map(|(first, last)| (last + wall(SETTLE)).min(first + wall(SETTLE_MAX)))
+        Some(Instant::now() + flitnet_runtime::clock::wall(wait))
     }
 
     /// Waits for events up to `until`, re-routing when due; returns early
@@ -146,14 +113,13 @@ impl<'a> Controller<'a> {
             if crate::interrupt::requested() {
                 return;
             }
-            let now = Instant::now();
-            if let Some(due) = self.reroute_due() {
-                if due <= now {
-                    self.dirty = None;
-                    self.reroute();
-                    continue;
+            if self.decider.due().is_some_and(|due| due <= now_ns()) {
+                if let Some(reroute) = self.decider.take_due(self.topo, now_ns()) {
+                    self.reroute(reroute);
                 }
+                continue;
             }
+            let now = Instant::now();
             if now >= until {
                 // Take in what already arrived, so that `dirty` is current.
                 let new = self.events.wait_since(self.cursor, Duration::ZERO);
@@ -188,35 +154,23 @@ impl<'a> Controller<'a> {
     /// of the intact topology (the ranking ignores faults), so a fabric
     /// holding old and new tables at once routes up*/down* with one
     /// ordering and stays deadlock-free.
-    fn reroute(&mut self) {
-        let faulty = self.detected_faults();
-        if faulty == self.routed_around {
-            return;
-        }
-        let faults = FaultSet::with_links(faulty.iter().copied());
-        let failed_links: Vec<LinkId> = faulty.iter().copied().collect();
+    fn reroute(&mut self, reroute: Reroute) {
+        let faults = reroute.faults();
+        let failed_links = reroute.failed_links();
         let started = Instant::now();
         if let Some(setup) = &self.policy.intermediate {
             match setup.push_faults(&self.fabric, self.topo, &faults, &self.events) {
                 Ok(_) => {
-                    self.routed_around = faulty;
+                    self.decider.routed(reroute);
                     self.reroutes += 1;
                 }
                 Err(e) => self.reroute_failed(failed_links, e),
             }
             return;
         }
-        let vcs = self.policy.vcs;
-        let result = compute_routes(self.topo, &self.policy.engine, &faults).and_then(|t| {
-            let computed = started.elapsed();
-            anyhow::ensure!(
-                t.vcs <= vcs,
-                "engine {} needs {} virtual channels, the fabric has {vcs}",
-                t.engine,
-                t.vcs
-            );
-            Ok((t, computed))
-        });
+        let result =
+            decide::tables_around(self.topo, &self.policy.engine, self.policy.vcs, &faults)
+                .map(|t| (t, started.elapsed()));
         let result = result.and_then(|(t, computed)| {
             let swap = self.install(&t)?;
             Ok((t, computed, swap))
@@ -239,7 +193,7 @@ impl<'a> Controller<'a> {
                     ));
                 }
                 self.tables = tables;
-                self.routed_around = faulty;
+                self.decider.routed(reroute);
                 self.reroutes += 1;
             }
             Err(e) => self.reroute_failed(failed_links, e),
@@ -278,21 +232,8 @@ impl<'a> Controller<'a> {
             let name = self.topo.node_name(node).to_string();
             tracing::warn!(element = %name, "switch lost: no answer on its control port");
             crate::ctl_metrics::fault("switch-lost", &name);
-            let watched = watched_ends(self.topo, Element::Switch(s));
-            let died_ns = self
-                .events
-                .snapshot()
-                .iter()
-                .filter(|r| {
-                    r.port_down_any().is_some_and(|port| {
-                        watched
-                            .iter()
-                            .any(|e| e.port == port && self.topo.node_name(e.node) == r.source)
-                    })
-                })
-                .filter_map(|r| r.last_heard_ns().or(Some(r.time_ns)))
-                .min()
-                .unwrap_or_else(flitnet_runtime::clock::now_ns);
+            let died_ns =
+                decide::lost_switch_died_ns(self.topo, s, &self.events.snapshot(), now_ns());
             self.events
                 .record_at(died_ns, ControllerEvent::fault("switch-lost", name));
             found += 1;

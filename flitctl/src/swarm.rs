@@ -19,6 +19,7 @@
 //! schedule: faults dropped one at a time while it still fails, then
 //! shorter traffic. `flitctl sim --replay SEED` runs one seed again.
 
+use crate::controller::decide::Settle;
 use crate::scenario::{
     Action, ActionKind, FabricSection, Mechanism, Scenario, ScenarioFile, Target, Time,
     TrafficSection,
@@ -165,8 +166,10 @@ pub struct Case {
 /// keepalive), the controller settles within a few ms.
 const DEAD_AFTER: Duration = Duration::from_millis(3);
 const TIMING: ControllerTiming = ControllerTiming {
-    settle_ns: 1_000_000,
-    settle_max_ns: 5_000_000,
+    settle: Settle {
+        quiet_ns: 1_000_000,
+        max_ns: 5_000_000,
+    },
     install_ns: 1_000_000,
 };
 

@@ -12,7 +12,11 @@ use crate::mechanism::intermediate::{
     total_switch_drops, IntermediateReport, IntermediateSetup, SWITCHOVER_SETTLE,
 };
 use crate::mechanism::Mechanism;
-use crate::parse::{parse_duration, parse_link, parse_switch_port};
+mod faults;
+
+pub use faults::UpFaults;
+
+use crate::parse::parse_duration;
 use crate::progress::{Progress, ProgressMode};
 use crate::report::{self, RunReport};
 use crate::session::{Session, SessionOptions};
@@ -529,68 +533,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         &args.traffic.spec(args.seed),
     )?;
     let topo = crate::topo::load(&args.topology)?;
-    let kill_links = args
-        .kill_link
-        .iter()
-        .map(|s| parse_link(&topo, s))
-        .collect::<Result<Vec<_>>>()?;
-    let withhold = args
-        .withhold_credits
-        .as_deref()
-        .map(|spec| parse_switch_port(&topo, spec))
-        .transpose()?;
-    let kill_switches = args
-        .kill_switch
-        .iter()
-        .map(|name| match topo.find_node(name) {
-            Some(NodeRef::Switch(s)) => Ok(s),
-            Some(_) => bail!("--kill-switch {name}: that is a host, not a switch"),
-            None => bail!("--kill-switch {name}: no such switch"),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let UpFaults {
+        kill_links,
+        kill_switches,
+        withhold,
+    } = UpFaults::of(args, &topo)?;
     let kill_switch = kill_switches.first().copied();
-    if let Some(twice) = kill_switches
-        .iter()
-        .enumerate()
-        .find(|(i, s)| kill_switches[..*i].contains(s))
-        .map(|(i, _)| &args.kill_switch[i])
-    {
-        if args.restart_after.is_none() {
-            bail!(
-                "--kill-switch {twice} twice: a killed switch stays dead (unless --restart-after)"
-            );
-        }
-    }
-    if let Some(after) = args.restart_after {
-        if kill_switch.is_none() {
-            bail!("--restart-after restarts killed switches: it needs --kill-switch");
-        }
-        if kill_switches.len() > 1 && after >= args.kill_every {
-            bail!("--restart-after must be less than --kill-every (a switch is back before the next kill)");
-        }
-        if args.recovery == Recovery::Reroute {
-            bail!(
-                "--restart-after with --recovery reroute: `up` does not re-route back after a \
-                 restart; use --recovery none (faithful mode) or a chaos scenario \
-                 (restart-switch)"
-            );
-        }
-    }
-    if kill_switches.len() > 1 && args.kill_every.is_zero() {
-        bail!("several --kill-switch: say how far apart with --kill-every");
-    }
-    if args.notify_neighbours && kill_switch.is_none() {
-        bail!("--notify-neighbours tells a killed switch's neighbours: it needs --kill-switch");
-    }
-    if !kill_links.is_empty() && kill_switch.is_some() {
-        // One fault instant (`--kill-at`): the switch would be ignored.
-        bail!(
-            "--kill-link and --kill-switch together: `up` applies its faults at one instant \
-             (--kill-at) and kills either links or a switch; to kill a link and then a switch \
-             in one run, use a chaos scenario (flitctl chaos, docs/chaos.md, e.g. \
-             topologies/scenarios/kary-4-3-dlr-sbrp2.yaml)"
-        );
-    }
     if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
         bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
     }
@@ -841,6 +789,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parse::parse_link;
 
     #[test]
     fn durations_parse_with_units_and_refuse_nonsense() {

@@ -93,23 +93,11 @@ impl IntermediateSetup {
             .into_iter()
             .map(|(_, reply)| reply.into_intermediate_routes())
             .collect::<Result<Vec<_>, _>>()?;
-        let sum = |f: fn(&RouteTableSummary) -> u32| -> u64 {
-            summaries.iter().map(|s| f(s) as u64).sum()
-        };
-        // The same event as a switch re-route (the chaos report times
-        // recovery by it), saying what was installed.
-        Ok(
-            events.record(ControllerEvent::RoutesInstalled(RoutesInstalled {
-                engine: "intermediate-nodes".into(),
-                failed_links: Some(faults.links.iter().copied().collect()),
-                mechanism: Some(self.mechanism.to_string()),
-                faulty_links: Some(faults.links.len()),
-                routed_pairs: Some(sum(|s| s.routed)),
-                not_tolerated_pairs: Some(sum(|s| s.not_tolerated)),
-                disconnected_pairs: Some(sum(|s| s.disconnected)),
-                ..RoutesInstalled::default()
-            })),
-        )
+        Ok(events.record(ControllerEvent::RoutesInstalled(installed(
+            &self.mechanism.to_string(),
+            faults,
+            &summaries,
+        ))))
     }
 
     /// The `intermediate` section of the JSON report.
@@ -167,4 +155,26 @@ pub fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
         .iter()
         .map(|(_, r)| r.dropped_flits())
         .sum())
+}
+
+/// The record of fault routes pushed to the hosts: the same event as a
+/// switch re-route (the chaos report times recovery by it), saying what the
+/// hosts planned (`summaries`, one per host).
+pub fn installed(
+    mechanism: &str,
+    faults: &FaultSet,
+    summaries: &[RouteTableSummary],
+) -> RoutesInstalled {
+    let sum =
+        |f: fn(&RouteTableSummary) -> u32| -> u64 { summaries.iter().map(|s| f(s) as u64).sum() };
+    RoutesInstalled {
+        engine: "intermediate-nodes".into(),
+        failed_links: Some(faults.links.iter().copied().collect()),
+        mechanism: Some(mechanism.to_string()),
+        faulty_links: Some(faults.links.len()),
+        routed_pairs: Some(sum(|s| s.routed)),
+        not_tolerated_pairs: Some(sum(|s| s.not_tolerated)),
+        disconnected_pairs: Some(sum(|s| s.disconnected)),
+        ..RoutesInstalled::default()
+    }
 }

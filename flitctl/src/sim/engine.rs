@@ -8,7 +8,7 @@
 //! emulated time in ns since the simulation began, so the report code of
 //! `up` and `chaos` reads a simulated run's log as it reads a live one.
 
-use crate::controller::{watched_ends, Element, SETTLE, SETTLE_MAX};
+use crate::controller::decide::{lost_switch_died_ns, tables_around, Decider, Reroute, Settle};
 use crate::events::Quiesced;
 use crate::events::{ControllerEvent, Event, Record, RoutesInstalled, CONTROLLER};
 use crate::fabric::{Reconfiguration, QUIESCE_STALL};
@@ -125,20 +125,17 @@ pub struct Plan {
 /// The controller's delays in emulated time.
 #[derive(Clone, Copy, Debug)]
 pub struct ControllerTiming {
-    /// Quiet time after the last port event before re-routing.
-    pub settle_ns: u64,
-    /// Longest wait for events to settle.
-    pub settle_max_ns: u64,
+    /// When port events are acted on.
+    pub settle: Settle,
     /// Decision to tables installed ([`INSTALL_DELAY_NS`]).
     pub install_ns: u64,
 }
 
 impl Default for ControllerTiming {
-    /// The live controller's ([`SETTLE`], [`SETTLE_MAX`]).
+    /// The live controller's settling.
     fn default() -> Self {
         ControllerTiming {
-            settle_ns: SETTLE.as_nanos() as u64,
-            settle_max_ns: SETTLE_MAX.as_nanos() as u64,
+            settle: Settle::default(),
             install_ns: INSTALL_DELAY_NS,
         }
     }
@@ -262,10 +259,8 @@ pub struct Sim<'p> {
     sink: Option<Box<dyn Write + 'p>>,
     initial: RoutingTables,
     tables: RoutingTables,
-    // The controller.
-    down_ends: BTreeSet<PortRef>,
-    routed_around: BTreeSet<LinkId>,
-    dirty: Option<(u64, u64)>,
+    // The controller: the live controller's decisions, in virtual time.
+    decider: Decider,
     reroutes: usize,
     lost_switches: BTreeSet<SwitchId>,
     /// Restarts per switch (each restart gets a new link epoch).
@@ -354,9 +349,7 @@ impl<'p> Sim<'p> {
             sink,
             initial: tables.clone(),
             tables,
-            down_ends: BTreeSet::new(),
-            routed_around: BTreeSet::new(),
-            dirty: None,
+            decider: Decider::new(plan.reroute, plan.timing.settle),
             reroutes: 0,
             lost_switches: BTreeSet::new(),
             restarts: vec![0; topo.num_switches()],
@@ -492,8 +485,9 @@ impl<'p> Sim<'p> {
             self.step_fabric(until);
             match self.reroute_due() {
                 Some(d) if d <= self.now() => {
-                    self.dirty = None;
-                    self.reroute();
+                    if let Some(reroute) = self.decider.take_due(&self.plan.topo, self.now()) {
+                        self.reroute(reroute);
+                    }
                 }
                 _ if self.now() < until => {}
                 _ => return,
@@ -542,70 +536,34 @@ impl<'p> Sim<'p> {
             return;
         }
         let now = self.now();
-        while self.cursor < self.records.len() {
-            let r = &self.records[self.cursor];
-            self.cursor += 1;
-            if r.is_controller() {
-                continue;
-            }
-            let Some(node) = self.plan.topo.find_node(&r.source) else {
-                continue;
-            };
-            let changed = if let Some(port) = r.port_down() {
-                self.down_ends.insert(PortRef { node, port })
-            } else if let Some(port) = r.port_up() {
-                self.down_ends.remove(&PortRef { node, port })
-            } else {
-                false
-            };
-            if changed && self.plan.reroute {
-                let first = self.dirty.map_or(now, |d| d.0);
-                self.dirty = Some((first, now));
-            }
+        for r in &self.records[self.cursor..] {
+            self.decider.absorb(&self.plan.topo, r, now);
         }
+        self.cursor = self.records.len();
     }
 
     fn reroute_due(&self) -> Option<u64> {
-        if !self.plan.reroute {
-            return None;
-        }
-        let t = &self.plan.timing;
-        self.dirty
-            .map(|(first, last)| (last + t.settle_ns).min(first + t.settle_max_ns))
-    }
-
-    fn detected_faults(&self) -> BTreeSet<LinkId> {
-        self.down_ends
-            .iter()
-            .filter_map(|&end| self.plan.topo.link_at(end))
-            .collect()
+        self.decider.due()
     }
 
     /// The controller's re-route: new tables around the detected faults,
     /// in after [`INSTALL_DELAY_NS`] (or quiesced), or the fault set pushed
     /// to the hosts (intermediate nodes).
-    fn reroute(&mut self) {
-        let faulty = self.detected_faults();
-        if faulty == self.routed_around {
-            return;
-        }
+    fn reroute(&mut self, reroute: Reroute) {
         let topo = &self.plan.topo;
-        let faults = FaultSet::with_links(faulty.iter().copied());
-        let failed_links: Vec<LinkId> = faulty.iter().copied().collect();
+        let faults = reroute.faults();
+        let failed_links = reroute.failed_links();
         let started = self.now();
         if let Some((variant, legs)) = self.plan.intermediate {
             let mech: Mechanisms = variant
                 .intermediate()
                 .expect("the plan holds intermediate-node variants only");
-            let mut summary = (0u64, 0u64, 0u64);
+            let mut summaries = Vec::new();
             let mut error = None;
             for h in 0..topo.num_hosts() as u32 {
                 match IntermediateRoutes::plan(topo, &faults, h, &mech, legs) {
                     Ok(r) => {
-                        let s = r.summary();
-                        summary.0 += s.routed as u64;
-                        summary.1 += s.not_tolerated as u64;
-                        summary.2 += s.disconnected as u64;
+                        summaries.push(r.summary().clone());
                         self.fabric.hosts[h as usize].set_intermediate_routes(Some(r));
                     }
                     Err(e) => error = Some(format!("{e}")),
@@ -623,33 +581,17 @@ impl<'p> Sim<'p> {
                 );
                 return;
             }
-            self.record_at(
-                self.now(),
-                ControllerEvent::RoutesInstalled(RoutesInstalled {
-                    engine: "intermediate-nodes".into(),
-                    failed_links: Some(failed_links),
-                    mechanism: Some(variant.to_string()),
-                    faulty_links: Some(faults.links.len()),
-                    routed_pairs: Some(summary.0),
-                    not_tolerated_pairs: Some(summary.1),
-                    disconnected_pairs: Some(summary.2),
-                    ..RoutesInstalled::default()
-                }),
+            let event = crate::mechanism::intermediate::installed(
+                &variant.to_string(),
+                &faults,
+                &summaries,
             );
-            self.routed_around = faulty;
+            self.record_at(self.now(), ControllerEvent::RoutesInstalled(event));
+            self.decider.routed(reroute);
             self.reroutes += 1;
             return;
         }
-        let vcs = self.plan.params.vcs;
-        let result = compute_routes(topo, &self.plan.engine, &faults).and_then(|t| {
-            anyhow::ensure!(
-                t.vcs <= vcs,
-                "engine {} needs {} virtual channels, the fabric has {vcs}",
-                t.engine,
-                t.vcs
-            );
-            Ok(t)
-        });
+        let result = tables_around(topo, &self.plan.engine, self.plan.params.vcs, &faults);
         let tables = match result {
             Ok(t) => t,
             Err(e) => {
@@ -698,7 +640,7 @@ impl<'p> Sim<'p> {
         }
         self.record_at(self.now(), ControllerEvent::RoutesInstalled(event));
         self.tables = tables;
-        self.routed_around = faulty;
+        self.decider.routed(reroute);
         self.reroutes += 1;
     }
 
@@ -780,20 +722,7 @@ impl<'p> Sim<'p> {
                 continue;
             }
             let topo = &self.plan.topo;
-            let watched = watched_ends(topo, Element::Switch(s));
-            let died_ns = self
-                .records
-                .iter()
-                .filter(|r| {
-                    r.port_down_any().is_some_and(|port| {
-                        watched
-                            .iter()
-                            .any(|e| e.port == port && topo.node_name(e.node) == r.source)
-                    })
-                })
-                .filter_map(|r| r.last_heard_ns().or(Some(r.time_ns)))
-                .min()
-                .unwrap_or(self.now());
+            let died_ns = lost_switch_died_ns(topo, s, &self.records, self.now());
             let name = topo.node_name(node).to_string();
             self.record_at(died_ns, ControllerEvent::fault("switch-lost", name));
         }
@@ -1100,7 +1029,8 @@ impl<'p> Sim<'p> {
         // The snapshot after the last step: detection (two dead
         // intervals) and the controller's settling.
         let mut settled = None;
-        let grace = 2 * plan.params.dead_after_ns + 2 * SETTLE_MAX.as_nanos() as u64;
+        let grace =
+            2 * plan.params.dead_after_ns + 2 * crate::controller::SETTLE_MAX.as_nanos() as u64;
         let snapshot_at = plan
             .steps
             .last()
@@ -1128,7 +1058,7 @@ impl<'p> Sim<'p> {
             }
             self.run_to(t);
             match what {
-                0 if self.dirty.is_none() && t < end => {
+                0 if !self.decider.is_busy() && t < end => {
                     let (_, delivered, sent) = self.delivered();
                     settled = Some(Settled {
                         at_ns: t - start,

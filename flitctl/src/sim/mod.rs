@@ -16,7 +16,6 @@ use crate::chaos::{self, Applied, ChaosReport};
 use crate::events::ControllerEvent;
 use crate::fabric::Reconfiguration;
 use crate::mechanism::intermediate::IntermediateSetup;
-use crate::plot::{self, Marker};
 use crate::report::{self, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Scenario, Target};
 use crate::session::Collected;
@@ -356,61 +355,39 @@ pub fn chaos_report(
         hosts: out.hosts.clone(),
         switches: out.switches.clone(),
     };
-    let acc = chaos::accounting(&run, &collected, &out.retired, out.killed_capacity);
-    let after_last_action = out.settled.map(|s| chaos::AfterLastAction {
-        at_s: s.at_ns as f64 / 1e9,
-        in_flight_messages: s.sent.saturating_sub(s.delivered),
-        flits_dropped_since: chaos::flits_lost_total(&out.switches).saturating_sub(s.lost_flits),
-        delivered_since: run.totals.messages_delivered.saturating_sub(s.delivered),
-    });
-    let throughput = plot::rates(&out.samples);
-    let plot = match plot_path {
-        Some(p) => {
-            let markers: Vec<Marker> = actions
-                .iter()
-                .map(|a| Marker {
-                    t_s: a.at_s,
-                    label: format!("{} {}", a.action, a.element),
-                    repair: a.action.starts_with("restore") || a.action.starts_with("restart"),
-                })
-                .collect();
-            let svg = plot::line_chart(
-                &format!(
-                    "{} under {} ({}, simulated)",
-                    topo.name,
-                    scenario.path.display(),
-                    f.mechanism_name()
-                ),
-                "delivered flits/s",
-                &throughput,
-                &markers,
-            );
-            std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
-            p.display().to_string()
-        }
-        None => "(not written; --plot FILE writes it)".into(),
-    };
-    let (promise, kept) = chaos::verdict(f.promises_delivery(), &run, &acc);
-    Ok(ChaosReport {
-        scenario: scenario.path.display().to_string(),
+    let (report, svg) = ChaosReport::assemble(chaos::Assembly {
+        scenario: &scenario.path.display().to_string(),
         mechanism: f.mechanism_name(),
+        title: format!(
+            "{} under {} ({}, simulated)",
+            topo.name,
+            scenario.path.display(),
+            f.mechanism_name()
+        ),
+        promises_delivery: f.promises_delivery(),
         run,
         actions,
-        accounting: acc,
-        after_last_action,
-        packets_resent: out
-            .hosts
-            .iter()
-            .map(|(_, r)| r.endpoint.sbrp.resent_packets)
-            .sum(),
+        collected: &collected,
+        retired: &out.retired,
+        killed_capacity: out.killed_capacity,
+        settled: out.settled.map(|s| chaos::SettledAt {
+            at_s: s.at_ns as f64 / 1e9,
+            sent: s.sent,
+            delivered: s.delivered,
+            lost_flits: s.lost_flits,
+        }),
+        cumulative: &out.samples,
         reroutes: out.reroutes,
-        local_reroutes: out.switches.iter().map(|(_, r)| r.counters.reroutes).sum(),
         failed_actions,
-        throughput,
-        plot,
-        promise,
-        promise_kept: kept,
-    })
+        plot: match plot_path {
+            Some(p) => p.display().to_string(),
+            None => "(not written; --plot FILE writes it)".into(),
+        },
+    });
+    if let Some(p) = plot_path {
+        std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(report)
 }
 
 /// The plan of `up`'s flags, and the elements each fault step acts on.
@@ -420,46 +397,11 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
     let spec = args.traffic.spec(args.seed);
     crate::session::check_before_launch(&params, &spec)?;
     let topo = crate::topo::load(&args.topology)?;
-    let kill_links = args
-        .kill_link
-        .iter()
-        .map(|s| crate::parse::parse_link(&topo, s))
-        .collect::<Result<Vec<_>>>()?;
-    let kill_switches = args
-        .kill_switch
-        .iter()
-        .map(|name| match topo.find_node(name) {
-            Some(NodeRef::Switch(s)) => Ok(s),
-            Some(_) => bail!("--kill-switch {name}: that is a host, not a switch"),
-            None => bail!("--kill-switch {name}: no such switch"),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if !kill_links.is_empty() && !kill_switches.is_empty() {
-        bail!("--kill-link and --kill-switch together: `up` applies its faults at one instant (--kill-at); use a chaos scenario (flitctl sim SCENARIO.yaml)");
-    }
-    if kill_switches.len() > 1 && args.kill_every.is_zero() {
-        bail!("several --kill-switch: say how far apart with --kill-every");
-    }
-    if let Some(after) = args.restart_after {
-        if kill_switches.is_empty() {
-            bail!("--restart-after restarts killed switches: it needs --kill-switch");
-        }
-        if kill_switches.len() > 1 && after >= args.kill_every {
-            bail!("--restart-after must be less than --kill-every (a switch is back before the next kill)");
-        }
-        if args.recovery == Recovery::Reroute {
-            bail!("--restart-after with --recovery reroute: `up` does not re-route back after a restart; use --recovery none or a chaos scenario (restart-switch)");
-        }
-    } else if kill_switches
-        .iter()
-        .enumerate()
-        .any(|(i, s)| kill_switches[..i].contains(s))
-    {
-        bail!("--kill-switch names a switch twice: a killed switch stays dead (unless --restart-after)");
-    }
-    if args.notify_neighbours && kill_switches.is_empty() {
-        bail!("--notify-neighbours tells a killed switch's neighbours: it needs --kill-switch");
-    }
+    let crate::up::UpFaults {
+        kill_links,
+        kill_switches,
+        withhold,
+    } = crate::up::UpFaults::of(args, &topo)?;
     // `--kill-by carrier` is the simulator's pulled cable: no Ethernet needed.
     let intermediate = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
     if intermediate.is_some() && args.tables.is_some() {
@@ -555,8 +497,7 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
             elements.push(Vec::new());
         }
     }
-    if let Some(spec) = &args.withhold_credits {
-        let end = crate::parse::parse_switch_port(&topo, spec)?;
+    if let Some(end) = withhold {
         steps.push(Step {
             at_ns: args.kill_at.as_nanos() as u64,
             ops: vec![Op::WithholdCredits { end, on: true }],
