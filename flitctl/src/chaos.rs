@@ -643,11 +643,10 @@ pub fn run_scenario(
     metrics: bool,
 ) -> Result<ChaosReport> {
     let f = &scenario.file;
-    let mut params = f.fabric.params();
     // SBRP levels: the daemons run the recovery protocol; the controller
     // re-routes as with `reroute`. DLR with `recovery_protocol`: the
     // daemons run it and the switches reroute on their own.
-    params.recovery = f.protocol();
+    let mut params = f.params();
     let (factor, dilation_source) = crate::fidelity::resolve(
         f.fabric.time_dilation.0,
         &scenario.topo,

@@ -33,6 +33,7 @@ pub mod runs;
 pub mod scenario;
 pub mod session;
 pub mod sim;
+pub mod spec;
 pub mod stall;
 pub mod state;
 pub mod swarm;

@@ -297,8 +297,9 @@ pub struct FabricSection {
     pub reconfiguration: crate::fabric::ReconfigurationChoice,
     /// Switches' head-of-queue lifetime (deadlock recovery: a head that
     /// waits this long for an output VC is discarded with its worm and,
-    /// under SBRP, resent; docs/sbrp.md "Deadlock"). Absent or 0: off.
-    pub hoq_lifetime: Option<Time>,
+    /// under SBRP, resent; docs/sbrp.md "Deadlock"): `auto` (the default,
+    /// as `--hoq-lifetime`), `off` (or 0), or a duration.
+    pub hoq_lifetime: HoqKey,
     /// Switch traversal latency: flit times (`4ft`, the default) or a
     /// duration (`250ns`); docs/performance.md, "The timing model".
     pub switch_latency: ScenarioSwitchLatency,
@@ -359,53 +360,76 @@ impl<'de> Deserialize<'de> for DilationKey {
     }
 }
 
+/// `hoq-lifetime:` as written (`auto`, `off`, `400ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoqKey(pub crate::up::HoqLifetime);
+
+impl<'de> Deserialize<'de> for HoqKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        };
+        crate::up::parse_hoq_lifetime(&text)
+            .map(HoqKey)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 impl Default for FabricSection {
+    /// The flags' defaults ([`crate::spec::FabricSpec::default`]).
     fn default() -> Self {
+        let d = crate::spec::FabricSpec::default();
         FabricSection {
-            vcs: 2,
-            buffer_depth: 16,
-            switching: SwitchingMode::Wormhole,
-            bandwidth: 20_000,
-            delay: Time(Duration::from_micros(10)),
-            dead_after: Time(Duration::from_millis(300)),
-            max_packet_flits: 8,
-            transport: DataTransport::Udp,
-            link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
+            vcs: d.vcs,
+            buffer_depth: d.buffer_depth,
+            switching: d.switching,
+            bandwidth: d.bandwidth,
+            delay: Time(d.delay),
+            dead_after: Time(d.dead_after),
+            max_packet_flits: d.max_packet_flits,
+            transport: d.transport,
+            link_retrain: Time(d.link_retrain),
             reconfiguration: Default::default(),
-            hoq_lifetime: None,
-            switch_latency: ScenarioSwitchLatency(SwitchLatency::DEFAULT),
-            crossbar_speedup: 1,
+            hoq_lifetime: HoqKey(d.hoq_lifetime),
+            switch_latency: ScenarioSwitchLatency(d.switch_latency),
+            crossbar_speedup: d.crossbar_speedup,
             time_dilation: DilationKey::default(),
         }
     }
 }
 
 impl FabricSection {
-    pub fn params(&self) -> FabricParams {
-        let dead_after = self.dead_after.0.as_nanos() as u64;
-        FabricParams {
+    /// The section as a [`crate::spec::FabricSpec`] (the recovery protocol
+    /// is the scenario's: [`ScenarioFile::protocol`]).
+    pub fn spec(&self) -> crate::spec::FabricSpec {
+        crate::spec::FabricSpec {
             vcs: self.vcs,
             buffer_depth: self.buffer_depth,
             switching: self.switching,
-            bandwidth_flits_per_s: (self.bandwidth > 0).then_some(self.bandwidth),
-            propagation_ns: self.delay.0.as_nanos() as u64,
-            keepalive_interval_ns: (dead_after / 6).max(1_000_000),
-            dead_after_ns: dead_after,
-            mtu: 1400,
-            flit_payload: 16,
+            bandwidth: self.bandwidth,
+            delay: self.delay.0,
+            dead_after: self.dead_after.0,
             max_packet_flits: self.max_packet_flits,
-            recovery: Default::default(),
+            recovery_protocol: RecoveryProtocol::None,
             transport: self.transport,
-            link_retrain_ns: self.link_retrain.0.as_nanos() as u64,
-            head_of_queue_lifetime_ns: self
-                .hoq_lifetime
-                .map(|t| t.0.as_nanos() as u64)
-                .filter(|&ns| ns > 0),
+            link_retrain: self.link_retrain.0,
+            hoq_lifetime: self.hoq_lifetime.0,
             switch_latency: self.switch_latency.0,
             crossbar_speedup: self.crossbar_speedup,
-            // Resolved by `chaos` (`auto` calibrates first).
-            time_dilation: 1,
         }
+    }
+
+    /// The daemons' parameters, without a recovery protocol or an engine
+    /// (the bounds checks; [`ScenarioFile::params`] is the run's).
+    pub fn params(&self) -> FabricParams {
+        self.spec().params()
     }
 }
 
@@ -436,6 +460,14 @@ pub struct ScenarioFile {
 }
 
 impl ScenarioFile {
+    /// The daemons' parameters for this scenario: its fabric, its recovery
+    /// protocol, and the head-of-queue lifetime its engine needs.
+    pub fn params(&self) -> FabricParams {
+        let mut spec = self.fabric.spec();
+        spec.recovery_protocol = self.protocol();
+        spec.params_for(&self.engine)
+    }
+
     /// The recovery protocol the fabric runs: the SBRP level of an `sbrp…`
     /// mechanism, or `recovery-protocol` with a `dlr…` one.
     pub fn protocol(&self) -> RecoveryProtocol {

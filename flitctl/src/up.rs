@@ -113,7 +113,7 @@ pub enum HoqLifetime {
     Fixed(Duration),
 }
 
-fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
+pub fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
     match s {
         "auto" => Ok(HoqLifetime::Auto),
         "off" => Ok(HoqLifetime::Off),
@@ -155,59 +155,40 @@ pub enum Switching {
 }
 
 impl FabricArgs {
-    pub fn params(&self) -> FabricParams {
-        FabricParams {
+    /// The flags as a [`crate::spec::FabricSpec`].
+    pub fn spec(&self) -> crate::spec::FabricSpec {
+        crate::spec::FabricSpec {
             vcs: self.vcs,
             buffer_depth: self.buffer_depth,
             switching: match self.switching {
                 Switching::Wormhole => SwitchingMode::Wormhole,
                 Switching::Vct => SwitchingMode::VirtualCutThrough,
             },
-            bandwidth_flits_per_s: (self.bandwidth > 0).then_some(self.bandwidth),
-            propagation_ns: self.delay.as_nanos() as u64,
-            keepalive_interval_ns: (self.dead_after.as_nanos() as u64 / 6).max(1_000_000),
-            dead_after_ns: self.dead_after.as_nanos() as u64,
-            mtu: 1400,
-            flit_payload: 16,
+            bandwidth: self.bandwidth,
+            delay: self.delay,
+            dead_after: self.dead_after,
             max_packet_flits: self.max_packet_flits,
-            recovery: self.recovery_protocol,
+            recovery_protocol: self.recovery_protocol,
             transport: match self.transport {
                 Transport::Udp => DataTransport::Udp,
                 Transport::Ethernet => DataTransport::Ethernet,
             },
-            link_retrain_ns: self.link_retrain.as_nanos() as u64,
-            head_of_queue_lifetime_ns: match self.hoq_lifetime {
-                // Without the engine `auto` cannot tell: see `params_for`.
-                HoqLifetime::Auto | HoqLifetime::Off => None,
-                HoqLifetime::Fixed(d) => Some(d.as_nanos() as u64),
-            },
+            link_retrain: self.link_retrain,
+            hoq_lifetime: self.hoq_lifetime,
             switch_latency: self.switch_latency,
             crossbar_speedup: self.crossbar_speedup,
-            // Set by the front end (`--time-dilation`).
-            time_dilation: 1,
         }
     }
 
-    /// [`FabricArgs::params`] for a fabric routed by `engine`: `auto` turns
-    /// the head-of-queue lifetime on where it is needed
-    /// ([`needs_hoq_lifetime`]), at the default for these links
-    /// ([`default_head_of_queue_lifetime_for_packets_ns`]: 128 drains of a full buffer or a longest packet, at
-    /// least [`HOQ_LIFETIME_FLOOR_NS`]; 51 ms at 20,000 flits/s and 8-flit
-    /// buffers).
-    ///
-    /// [`default_head_of_queue_lifetime_for_packets_ns`]: flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns
+    /// The daemons' parameters ([`crate::spec::FabricSpec::params`]).
+    pub fn params(&self) -> FabricParams {
+        self.spec().params()
+    }
+
+    /// The daemons' parameters for a fabric routed by `engine`
+    /// ([`crate::spec::FabricSpec::params_for`]).
     pub fn params_for(&self, engine: &str) -> FabricParams {
-        let mut p = self.params();
-        if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
-            let formula =
-                flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns(
-                    p.bandwidth_flits_per_s,
-                    p.buffer_depth,
-                    p.max_packet_flits,
-                );
-            p.head_of_queue_lifetime_ns = Some(formula.max(HOQ_LIFETIME_FLOOR_NS));
-        }
-        p
+        self.spec().params_for(engine)
     }
 
     /// The `--netns` name, checked; refused without `--transport ethernet`.

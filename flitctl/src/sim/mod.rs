@@ -253,8 +253,7 @@ fn step_of(topo: &Topology, a: &Action) -> Step {
 pub fn scenario_plan(scenario: &Scenario) -> Result<Plan> {
     let f = &scenario.file;
     let topo = &scenario.topo;
-    let mut params = f.fabric.params();
-    params.recovery = f.protocol();
+    let params = f.params();
     let intermediate = IntermediateSetup::of(topo, f.mechanism.fabric(), params.vcs)?;
     Ok(Plan {
         topo: topo.clone(),
