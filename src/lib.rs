@@ -39,7 +39,7 @@ pub fn bin_dir() -> PathBuf {
 static BUILD: Once = Once::new();
 
 /// The binaries the end-to-end tests start.
-const BINARIES: [&str; 3] = ["switchd", "hostd", "flitctl"];
+const BINARIES: [&str; 4] = ["switchd", "hostd", "flitctl", "flitnet-experiments"];
 
 /// Path of a workspace binary. `cargo test --workspace` builds them all
 /// before running tests (each daemon crate has integration tests of its
@@ -51,8 +51,17 @@ pub fn bin(name: &str) -> PathBuf {
         BUILD.call_once(|| {
             let release = bin_dir().ends_with("release");
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.current_dir(workspace_dir())
-                .args(["build", "-p", "switchd", "-p", "hostd", "-p", "flitctl"]);
+            cmd.current_dir(workspace_dir()).args([
+                "build",
+                "-p",
+                "switchd",
+                "-p",
+                "hostd",
+                "-p",
+                "flitctl",
+                "-p",
+                "flitnet-experiments",
+            ]);
             if release {
                 cmd.arg("--release");
             }

@@ -1,7 +1,6 @@
 //! flitnet's sans-IO core. Nothing in this crate opens a socket or reads a
 //! clock: the daemons feed it datagrams and time, and carry out what it returns.
 
-pub mod analysis;
 pub mod control;
 pub mod flit;
 pub mod host;

@@ -170,7 +170,7 @@ fn live(
         "--run-dir".into(),
         run_dir.display().to_string(),
     ];
-    let up = crate::reproduce::parse_up(&argv)?;
+    let up = crate::up::UpArgs::from_argv(&argv)?;
     let run = crate::up::execute(&up)?.run;
     let params = up.fabric.params_for(&run.engine);
     Ok((run, params))

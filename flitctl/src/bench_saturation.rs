@@ -5,9 +5,9 @@
 //! routed by Dmodk and a 4×4 mesh in dimension order, uniform traffic,
 //! 2 VCs × 16 flits, 8-flit messages. Build with `--release`.
 
+use crate::load_point::{load_point, reference_params, LoadPointSpec};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use flitnet_core::analysis::saturation::{load_point, reference_params, LoadPointSpec};
 use flitnet_core::control::SwitchLatency;
 use flitnet_core::host::endpoint::InjectionVc;
 use flitnet_core::host::traffic::TrafficPattern;

@@ -3,8 +3,8 @@
 
 use clap::{ArgAction, Parser, Subcommand};
 use flitctl::{
-    analyze, bench, bench_baseline, bench_routes, bench_sim, chaos, compose, reproduce, route, run,
-    sim, topo, up,
+    analyze, bench, bench_baseline, bench_routes, bench_sim, chaos, compose, route, run, sim, topo,
+    up,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,8 +53,14 @@ enum Command {
     /// Benchmarks, each reported as ratios to a baseline measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Re-run the papers' experiments and compare with their figures.
-    Reproduce(reproduce::ReproduceArgs),
+    /// Re-run the papers' experiments and compare with their figures: runs
+    /// `flitnet-experiments reproduce` (the experiments crate) with these
+    /// arguments (`flitctl reproduce --help` lists them).
+    #[command(disable_help_flag = true)]
+    Reproduce {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Write a Docker Compose bundle (compose file, stack file, per-node
     /// configs, fabric.json, prometheus.yml) for a topology.
     Compose(compose::ComposeArgs),
@@ -158,7 +164,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
         Command::Bench(BenchCommand::Sim(args)) => bench_sim::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
-        Command::Reproduce(args) => reproduce::run(args),
+        Command::Reproduce { args } => flitctl::experiments::reproduce(&args),
         Command::Compose(args) => compose::run(args),
         Command::Attach(args) => run::run(args),
         Command::Down { run_dir, all } => match run_dir {

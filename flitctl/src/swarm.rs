@@ -753,15 +753,18 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let next = std::sync::atomic::AtomicU64::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let results = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= args.runs || stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .context("starting the swarm's workers")?;
+    let results: Vec<_> = pool.install(|| {
+        use rayon::prelude::*;
+        (0..args.runs)
+            .into_par_iter()
+            .filter_map(|i| {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return None;
                 }
                 let seed = run_seed(args.seed, i);
                 let r = Case::draw(seed).and_then(|c| {
@@ -773,12 +776,10 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                 if failed && args.fail_fast {
                     stop.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                results.lock().expect("results").push((i, seed, r));
-            });
-        }
+                Some((i, seed, r))
+            })
+            .collect()
     });
-    let mut results = results.into_inner().expect("results");
-    results.sort_by_key(|r| r.0);
     let mut failures = Vec::new();
     let mut explained = Vec::new();
     let mut errors = Vec::new();

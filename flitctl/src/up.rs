@@ -484,6 +484,26 @@ fn serve_with_progress(ctl: &mut Controller<'_>, progress: &mut Progress, until:
     }
 }
 
+impl UpArgs {
+    /// `flitctl up`'s arguments from `argv` (`flitctl up …`), parsed and
+    /// defaulted as on the command line.
+    pub fn from_argv(argv: &[String]) -> Result<UpArgs> {
+        #[derive(clap::Parser)]
+        struct UpCli {
+            #[command(subcommand)]
+            up: UpSub,
+        }
+        #[derive(clap::Subcommand)]
+        enum UpSub {
+            Up(UpArgs),
+        }
+        let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(argv)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", argv.join(" ")))?
+            .up;
+        Ok(up)
+    }
+}
+
 /// What one `up` run produced.
 pub struct UpOutcome {
     pub run: RunReport,

@@ -5,7 +5,6 @@
 use anyhow::Result;
 use bytes::Bytes;
 use clap::Parser;
-use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
     DaemonConfig, HostDaemonReport, NodeKind, Reply, Request, Response, Role, TrafficSpec,
 };
@@ -15,6 +14,7 @@ use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
+use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::topology::PortNo;
 use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{

@@ -14,7 +14,6 @@ use crate::events::{ControllerEvent, Event, Record, RoutesInstalled, CONTROLLER}
 use crate::fabric::{Reconfiguration, QUIESCE_STALL};
 use crate::route::compute_routes;
 use anyhow::{bail, Context, Result};
-use flitnet_core::analysis::intermediate::Mechanisms;
 use flitnet_core::control::{
     EventKind, FabricParams, HostDaemonReport, LinkDriver, LinkState, SwitchReport, TrafficSpec,
 };
@@ -27,6 +26,7 @@ use flitnet_core::link::LinkEvent;
 use flitnet_core::mechanism::dlr::{DlrConfig, DlrSwitch};
 use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
+use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::sim::Fabric;
 use flitnet_core::switch::{Switch, SwitchEvent};

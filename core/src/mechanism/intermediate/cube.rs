@@ -54,7 +54,7 @@ pub enum DetOrder {
 
 /// Which minimal directions a dimension needs from a to b.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DimMove {
+pub struct DimMove {
     pub plus: bool,
     pub minus: bool,
     /// Hops needed in this dimension.
@@ -63,7 +63,7 @@ pub(crate) struct DimMove {
 
 /// One switch-to-switch link, with its endpoints as node numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CubeLink {
+pub struct CubeLink {
     pub topo_link: LinkId,
     pub a: u32,
     pub b: u32,
@@ -224,7 +224,7 @@ impl Cube {
     pub fn num_links(&self) -> usize {
         self.links.len()
     }
-    pub(crate) fn link(&self, c: u32) -> CubeLink {
+    pub fn link(&self, c: u32) -> CubeLink {
         self.links[c as usize]
     }
     /// Compact index of a topology link, if it is a switch-to-switch link.
@@ -248,13 +248,13 @@ impl Cube {
     }
 
     /// Neighbour and link one hop from `node` in `dir`, if cabled.
-    pub(crate) fn step(&self, node: u32, dir: Dir) -> Option<(u32, u32)> {
+    pub fn step(&self, node: u32, dir: Dir) -> Option<(u32, u32)> {
         self.step[node as usize * 2 * self.ndims() + dir.0 as usize]
     }
 
     /// What dimension `d` needs from `a` to `b` (seed 004 §2 "Distances"). In
     /// an even ring at offset k/2 both directions are minimal (§8 item 12).
-    pub(crate) fn dim_move(&self, d: usize, a: u32, b: u32) -> DimMove {
+    pub fn dim_move(&self, d: usize, a: u32, b: u32) -> DimMove {
         let (x, y, k) = (
             self.coords[a as usize][d],
             self.coords[b as usize][d],
@@ -298,7 +298,7 @@ impl Cube {
 
     /// True iff compact link `c` lies on some minimal path from `a` to `b`
     /// (seed 004 §3.3: `l(a,u)+1+l(v,b) = l(a,b)` in either orientation).
-    pub(crate) fn link_on_minimal_path(&self, c: u32, a: u32, b: u32) -> bool {
+    pub fn link_on_minimal_path(&self, c: u32, a: u32, b: u32) -> bool {
         let CubeLink { a: u, b: v, .. } = self.links[c as usize];
         let l = self.dist(a, b);
         self.dist(a, u) + 1 + self.dist(v, b) == l || self.dist(a, v) + 1 + self.dist(u, b) == l
@@ -306,7 +306,7 @@ impl Cube {
 
     /// Next direction of the deterministic function from `u` to `t`, `None`
     /// at the target. Ties (offset k/2) go +, as §8 item 12 suggests.
-    pub(crate) fn det_next(&self, order: DetOrder, u: u32, t: u32) -> Option<Dir> {
+    pub fn det_next(&self, order: DetOrder, u: u32, t: u32) -> Option<Dir> {
         let n = self.ndims();
         let moves = (0..n)
             .map(|d| (d, self.dim_move(d, u, t)))
@@ -319,7 +319,7 @@ impl Cube {
 
     /// Walks the deterministic path from `u` to `t`, calling `visit` with each
     /// compact link; stops early (returning false) when `visit` does.
-    pub(crate) fn walk_det(
+    pub fn walk_det(
         &self,
         order: DetOrder,
         mut u: u32,
@@ -340,7 +340,7 @@ impl Cube {
 
     /// True iff every minimal direction from `e` to `t` has an index at least
     /// `last` — the order constraint on a misroute remainder (seed 004 §3.6).
-    pub(crate) fn remainder_in_order(&self, e: u32, t: u32, last: Dir) -> bool {
+    pub fn remainder_in_order(&self, e: u32, t: u32, last: Dir) -> bool {
         let n = self.ndims();
         (0..n).all(|d| {
             let m = self.dim_move(d, e, t);
@@ -359,7 +359,7 @@ impl Cube {
     /// leg length with it: by the triangle inequality no extension of a
     /// prefix ending at `node` can finish a leg to `v` in fewer than
     /// `length + l(node, v)` hops.
-    pub(crate) fn for_each_prefix(
+    pub fn for_each_prefix(
         &self,
         u: u32,
         link_ok: &impl Fn(u32) -> bool,

@@ -111,7 +111,7 @@ impl Mechanisms {
     }
 
     /// Leg types this set allows (§3.7).
-    pub(crate) fn leg_kinds(&self) -> Vec<LegKind> {
+    pub fn leg_kinds(&self) -> Vec<LegKind> {
         let mut kinds = vec![LegKind::Adaptive];
         if self.disable_adaptivity {
             kinds.push(LegKind::Deterministic(self.det_order));
@@ -126,7 +126,7 @@ impl Mechanisms {
     }
 
     /// True when every route this set allows is also allowed by `other`.
-    pub(crate) fn is_subset_of(&self, other: &Mechanisms) -> bool {
+    pub fn is_subset_of(&self, other: &Mechanisms) -> bool {
         let theirs = other.leg_kinds();
         self.max_intermediates <= other.max_intermediates
             && self.leg_kinds().iter().all(|k| theirs.contains(k))
@@ -299,7 +299,7 @@ pub enum RouteChoice {
 /// Leg safety under one fault set: the predicates §3.7's table is built on.
 /// Implemented geometrically (any size, [`GeometricSafety`]) and with
 /// precomputed masks (the fast analysis).
-pub(crate) trait LegSafety {
+pub trait LegSafety {
     fn cube(&self) -> &Cube;
     fn link_ok(&self, link: u32) -> bool;
     /// `reachA`: no fault on any minimal path from a to b.
@@ -315,7 +315,7 @@ pub(crate) trait LegSafety {
 }
 
 /// [`LegSafety`] computed from the coordinates: O(|F|) per adaptive check.
-pub(crate) struct GeometricSafety<'a> {
+pub struct GeometricSafety<'a> {
     pub cube: &'a Cube,
     pub faulty: Vec<bool>,
     pub fault_list: Vec<u32>,
@@ -358,7 +358,7 @@ impl LegSafety for GeometricSafety<'_> {
 }
 
 /// Length of the shortest safe leg of `kind` from `u` to `v`, if any.
-pub(crate) fn shortest_leg<S: LegSafety>(s: &S, kind: LegKind, u: u32, v: u32) -> Option<u32> {
+pub fn shortest_leg<S: LegSafety>(s: &S, kind: LegKind, u: u32, v: u32) -> Option<u32> {
     let cube = s.cube();
     match kind {
         LegKind::Adaptive => s.adaptive_ok(u, v).then(|| cube.dist(u, v)),
@@ -399,7 +399,7 @@ pub(crate) fn shortest_leg<S: LegSafety>(s: &S, kind: LegKind, u: u32, v: u32) -
 /// The best leg of `kind` from `u` to `v`: its length and forced prefix.
 /// Misrouted legs take the shortest safe prefix + remainder (first found on
 /// ties); `bound` prunes candidates longer than an already-known answer.
-pub(crate) fn best_leg<S: LegSafety>(
+pub fn best_leg<S: LegSafety>(
     s: &S,
     kind: LegKind,
     u: u32,

@@ -13,7 +13,7 @@
 //! (route choice: [`choose_route`] / [`RoutePlanner`] answer "what does the
 //! source put in the head", §3.8), [`host`] (the source's per-destination
 //! routes) and [`switch`] (legs in the switch pipeline). The static fault
-//! analysis behind the paper's tables is `crate::analysis::intermediate`.
+//! analysis behind the paper's tables is flitctl's `analyze faults`.
 
 pub mod cube;
 pub mod host;

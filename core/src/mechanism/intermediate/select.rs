@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 /// A leg found during the search, in node numbers.
 #[derive(Clone, Debug)]
-pub(crate) struct PlannedLeg {
+pub struct PlannedLeg {
     pub target: u32,
     pub kind: LegKind,
     pub prefix: Vec<Run>,
@@ -37,7 +37,7 @@ struct Candidate {
 /// Shortest safe leg length per (leg kind, u, v) under one fault set,
 /// filled on demand. One cache serves every pair and mechanism set routed
 /// under the same faults, so misroute prefixes are searched once per leg.
-pub(crate) struct LegCache {
+pub struct LegCache {
     n: usize,
     /// `KINDS × n × n` entries for small networks, else empty.
     dense: Vec<u32>,
@@ -205,7 +205,7 @@ fn max_leg_hops(cube: &Cube, misroute: bool) -> u32 {
 
 /// The §3.8-best safe route from `src` to `dst` with `mech`, or `None` when
 /// no allowed route avoids the faults. Does not test connectivity.
-pub(crate) fn best_route<S: LegSafety>(
+pub fn best_route<S: LegSafety>(
     safety: &S,
     cache: &mut LegCache,
     src: u32,
@@ -376,7 +376,7 @@ impl RoutePlanner {
 }
 
 /// Connected components of the routers over alive links (union-find).
-pub(crate) fn components(cube: &Cube, faulty: &[u32]) -> Vec<u32> {
+pub fn components(cube: &Cube, faulty: &[u32]) -> Vec<u32> {
     let mut parent: Vec<u32> = (0..cube.num_nodes() as u32).collect();
     fn find(p: &mut [u32], mut x: u32) -> u32 {
         while p[x as usize] != x {

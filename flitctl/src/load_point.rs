@@ -7,14 +7,14 @@
 //! as in Dally and Towles, "Principles and Practices of Interconnection
 //! Networks").
 
-use crate::control::{FabricParams, LinkDriver};
-use crate::host::endpoint::{HostConfig, HostEvent, InjectionVc};
-use crate::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConfig};
-use crate::host::traffic::TrafficPattern;
-use crate::routing::RoutingTables;
-use crate::sim::{build_fabric, SimConfig, SimError};
-use crate::switch::Switching;
-use crate::topology::Topology;
+use flitnet_core::control::{FabricParams, LinkDriver};
+use flitnet_core::host::endpoint::{HostConfig, HostEvent, InjectionVc};
+use flitnet_core::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConfig};
+use flitnet_core::host::traffic::TrafficPattern;
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::sim::{build_fabric, SimConfig, SimError};
+use flitnet_core::switch::Switching;
+use flitnet_core::topology::Topology;
 
 /// One load point's set-up.
 #[derive(Clone, Debug)]
@@ -93,8 +93,8 @@ pub fn load_point(
     let cfg = SimConfig {
         host,
         switching: match p.switching {
-            crate::control::SwitchingMode::Wormhole => Switching::Wormhole,
-            crate::control::SwitchingMode::VirtualCutThrough => Switching::VirtualCutThrough,
+            flitnet_core::control::SwitchingMode::Wormhole => Switching::Wormhole,
+            flitnet_core::control::SwitchingMode::VirtualCutThrough => Switching::VirtualCutThrough,
         },
         switch_timing: p.switch_timing(),
         wire_ns: 0,
@@ -108,7 +108,7 @@ pub fn load_point(
     let from = t0 + spec.warmup_ns;
     let to = from + spec.measure_ns;
     f.run_until(from);
-    let delivered = |f: &crate::sim::Fabric<crate::switch::Switch>| -> u64 {
+    let delivered = |f: &flitnet_core::sim::Fabric<flitnet_core::switch::Switch>| -> u64 {
         f.hosts
             .iter()
             .map(|h| h.sink().stats().received_flits)
@@ -173,8 +173,8 @@ pub fn reference_params() -> FabricParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::generators::kary_ntree;
-    use crate::topology::FaultSet;
+    use flitnet_core::topology::generators::kary_ntree;
+    use flitnet_core::topology::FaultSet;
 
     fn spec(load: f64) -> LoadPointSpec {
         LoadPointSpec {
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn light_load_is_carried_and_overload_saturates_below_the_offer() {
         let topo = kary_ntree(2, 2).unwrap();
-        let tables = crate::routing::registry::engine("dmodk")
+        let tables = flitnet_core::routing::registry::engine("dmodk")
             .unwrap()
             .route(&topo, &FaultSet::none())
             .unwrap();

@@ -17,12 +17,12 @@
 //!   least common ancestor, §3.10);
 //! - the fabric is physically connected.
 //!
-//! [`DlrSwitch`]: crate::mechanism::dlr::DlrSwitch
+//! [`DlrSwitch`]: flitnet_core::mechanism::dlr::DlrSwitch
 
-use crate::mechanism::dlr::walk::{switch_links, Sweeper, WalkError};
-use crate::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant};
-use crate::topology::generators::kary_ntree;
-use crate::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology, TopologyError};
+use flitnet_core::mechanism::dlr::walk::{switch_links, Sweeper, WalkError};
+use flitnet_core::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant};
+use flitnet_core::topology::generators::kary_ntree;
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology, TopologyError};
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -211,7 +211,7 @@ struct Evaluator<'t> {
 
 impl<'t> Evaluator<'t> {
     fn new(topo: &'t Topology) -> Result<Self, ConnectivityError> {
-        let crate::topology::Family::KaryNTree { k, n } = topo.family else {
+        let flitnet_core::topology::Family::KaryNTree { k, n } = topo.family else {
             unreachable!("built by kary_ntree")
         };
         let cfg = |v| DlrConfig::new(k, n, v, DlrFaults::Link);

@@ -19,18 +19,17 @@
 //! The enumeration runs on `threads` scoped threads taking chunks of the
 //! combination space; results do not depend on the thread count.
 
-use super::cube::{Cube, DetOrder};
-use super::legs::{LegKind, LegSafety, MechanismUse, Mechanisms};
-use super::select::{best_route, components, LegCache};
-use super::IntermediateError;
-use crate::flit::MAX_INTERMEDIATES;
-use crate::topology::{HostId, Topology};
+use flitnet_core::flit::MAX_INTERMEDIATES;
+use flitnet_core::mechanism::intermediate::cube::{Cube, DetOrder};
+use flitnet_core::mechanism::intermediate::legs::{LegKind, LegSafety, MechanismUse, Mechanisms};
+use flitnet_core::mechanism::intermediate::select::{best_route, components, LegCache};
+use flitnet_core::mechanism::intermediate::IntermediateError;
+use flitnet_core::topology::{HostId, Topology};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// Which fault combinations to evaluate (§4 "Analysis models").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -197,20 +196,27 @@ pub fn tolerance_table(
     let threads = options.threads.max(1);
     let chunk: u64 = 8192;
     let chunks = total.div_ceil(chunk);
-    let next_chunk = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let merged = Mutex::new(Counts::new(mechanisms.len()));
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                let mut eval = Evaluator::new(&model, faults, options.mechanism_split);
-                let mut counts = Counts::new(mechanisms.len());
-                let mut combo = vec![0u32; faults];
-                loop {
-                    let c = next_chunk.fetch_add(1, Ordering::Relaxed);
-                    if c >= chunks {
-                        break;
-                    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a worker pool");
+    // One evaluator per worker (its caches are worth keeping across
+    // chunks); counts are merged at the end, so the order chunks run in
+    // does not matter.
+    let counts = pool.install(|| {
+        use rayon::prelude::*;
+        (0..chunks)
+            .into_par_iter()
+            .fold(
+                || {
+                    (
+                        Evaluator::new(&model, faults, options.mechanism_split),
+                        Counts::new(mechanisms.len()),
+                        vec![0u32; faults],
+                    )
+                },
+                |(mut eval, mut counts, mut combo), c| {
                     let (start, end) = (c * chunk, ((c + 1) * chunk).min(total));
                     match mode {
                         FaultMode::Sampled { seed, .. } => {
@@ -240,12 +246,18 @@ pub fn tolerance_table(
                     }
                     let d = done.fetch_add(end - start, Ordering::Relaxed) + (end - start);
                     progress(d, total);
-                }
-                merged.lock().expect("no worker panics").merge(&counts);
-            });
-        }
+                    (eval, counts, combo)
+                },
+            )
+            .map(|(_, counts, _)| counts)
+            .reduce(
+                || Counts::new(mechanisms.len()),
+                |mut a, b| {
+                    a.merge(&b);
+                    a
+                },
+            )
     });
-    let counts = merged.into_inner().expect("no worker panics");
     let n = cube.num_nodes() as u64;
     Ok(Rows {
         faults,
@@ -271,7 +283,7 @@ pub fn tolerance_table(
 /// the per-combination test of [`tolerance_table`], for a single scenario.
 pub fn tolerated_by(
     topo: &Topology,
-    faulty_links: &[crate::topology::LinkId],
+    faulty_links: &[flitnet_core::topology::LinkId],
     mechanisms: &[Mechanisms],
 ) -> Result<Vec<bool>, IntermediateError> {
     let cube = Cube::from_topology(topo)?;
@@ -305,7 +317,10 @@ pub fn distance_one_region(cube: &Cube, centre: HostId) -> Result<Vec<u32>, Inte
         .node_of_host(centre)
         .ok_or(IntermediateError::UnknownHost { host: centre })?;
     let near: Vec<u32> = (0..2 * cube.ndims() as u8)
-        .filter_map(|d| cube.step(c, super::cube::Dir(d)).map(|(n, _)| n))
+        .filter_map(|d| {
+            cube.step(c, flitnet_core::mechanism::intermediate::cube::Dir(d))
+                .map(|(n, _)| n)
+        })
         .collect();
     Ok((0..cube.num_links() as u32)
         .filter(|&l| {

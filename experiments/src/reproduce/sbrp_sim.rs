@@ -1,15 +1,15 @@
 //! Seed 003's corrupted-message latency orderings in the deterministic
-//! simulator (`flitnet_core::analysis::sbrp_ordering`), rendered as a
+//! simulator (`crate::analysis::sbrp_ordering`), rendered as a
 //! section of `flitctl reproduce`. The real-process section (`003-sbrp`)
 //! drowns the protocols' differences in scheduling noise; this one runs the
 //! thesis's setting with one-flit-per-cycle ticks, the software overhead in
 //! cycles and hundreds of paired corrupted messages per cell.
 
 use super::section::{Line, Section, Verdict};
-use anyhow::Result;
-use flitnet_core::analysis::sbrp_ordering::{
+use crate::analysis::sbrp_ordering::{
     self, Cell, Config, Net, Overhead, Verdict as SimVerdict, CYCLE_NS, DOWN_CYCLES,
 };
+use anyhow::Result;
 use flitnet_core::host::sbrp::RecoveryProtocol;
 use std::time::Instant;
 
@@ -181,7 +181,7 @@ pub fn section(quick: bool, threads: usize) -> Result<Section> {
         cfg.runs = 8;
     }
     let cmd = format!(
-        "flitctl reproduce --only {ID}{}  (flitnet_core::analysis::sbrp_ordering)",
+        "flitctl reproduce --only {ID}{}  (crate::analysis::sbrp_ordering)",
         if quick { " --quick" } else { "" }
     );
     let report = sbrp_ordering::run(&cfg);

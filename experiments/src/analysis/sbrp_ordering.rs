@@ -1,7 +1,7 @@
 //! Seed 003 §6.3/§6.4: the corrupted-message latency orderings of SBRP-0,
 //! SBRP-1 and SBRP-2 (Figs 80 and 82: SBRP-1 < SBRP-0 < SBRP-2 at ML 8,
 //! SBRP-1 < SBRP-2 < SBRP-0 at ML 128), measured in the deterministic
-//! simulator ([`crate::sim`]) in the thesis's own setting as far as the
+//! simulator ([`flitnet_core::sim`]) in the thesis's own setting as far as the
 //! digest gives it, with many paired samples.
 //!
 //! The setting (docs/sbrp.md, "The ordering in the simulator"):
@@ -32,24 +32,22 @@
 //! between live hosts delivered exactly once and in order, nothing left
 //! retained.
 
-use crate::host::endpoint::{HostConfig, InjectionVc};
-use crate::host::histogram::Moments;
-use crate::host::message::split_message_id;
-use crate::host::retained::ReleasePolicy;
-use crate::host::sbrp::{RecoveryProtocol, SbrpConfig};
-use crate::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConfig};
-use crate::host::traffic::TrafficPattern;
-use crate::link::LinkConfig;
-use crate::routing::RoutingTables;
-use crate::sim::{build_fabric, fresh_switch, Fabric, SimConfig};
-use crate::switch::{Switch, SwitchTiming, Switching};
-use crate::topology::generators::{hypercube, mesh_or_torus};
-use crate::topology::{FaultSet, NodeRef, PortRef, Topology};
+use flitnet_core::host::endpoint::{HostConfig, InjectionVc};
+use flitnet_core::host::histogram::Moments;
+use flitnet_core::host::message::split_message_id;
+use flitnet_core::host::retained::ReleasePolicy;
+use flitnet_core::host::sbrp::{RecoveryProtocol, SbrpConfig};
+use flitnet_core::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConfig};
+use flitnet_core::host::traffic::TrafficPattern;
+use flitnet_core::link::LinkConfig;
+use flitnet_core::routing::RoutingTables;
+use flitnet_core::sim::{build_fabric, fresh_switch, Fabric, SimConfig};
+use flitnet_core::switch::{Switch, SwitchTiming, Switching};
+use flitnet_core::topology::generators::{hypercube, mesh_or_torus};
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// One cycle: one flit time on a link (50 Mflit/s).
 pub const CYCLE_NS: u64 = 20;
@@ -494,7 +492,7 @@ fn restart(
 /// dropped and its message resent, so such a run still drains and counts.
 fn arm_deadlock_recovery(s: &mut Switch) {
     s.set_head_of_queue_lifetime(Some(
-        crate::mechanism::hoq::default_head_of_queue_lifetime_ns(Some(LINK_FLITS_PER_S), 1),
+        flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_ns(Some(LINK_FLITS_PER_S), 1),
     ));
 }
 
@@ -811,7 +809,7 @@ pub fn run(cfg: &Config) -> Report {
         .iter()
         .map(|&net| {
             let topo = net.topology();
-            let tables = crate::routing::registry::engine("local-reroute")
+            let tables = flitnet_core::routing::registry::engine("local-reroute")
                 .expect("the local-reroute engine")
                 .route(&topo, &FaultSet::none())
                 .expect("local-reroute covers meshes and hypercubes");
@@ -830,27 +828,26 @@ pub fn run(cfg: &Config) -> Report {
             }
         }
     }
-    let results: Mutex<Vec<Option<RunOutcome>>> = Mutex::new(vec![None; jobs.len()]);
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..cfg.threads.max(1) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { break };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.threads.max(1))
+        .build()
+        .expect("a worker pool");
+    let results: Vec<RunOutcome> = pool.install(|| {
+        use rayon::prelude::*;
+        jobs.par_iter()
+            .map(|job| {
                 let (net, ml, ref o) = cells[job.cell];
                 let (_, topo, tables) = nets.iter().find(|(n, _, _)| *n == net).unwrap();
                 let routers = topo.num_switches() as u32;
                 let p = plan(cfg, net, ml, job.run, routers);
-                let r = one_run(net, ml, o, PROTOCOLS[job.protocol], &p, topo, tables);
-                results.lock().unwrap()[i] = Some(r);
-            });
-        }
+                one_run(net, ml, o, PROTOCOLS[job.protocol], &p, topo, tables)
+            })
+            .collect()
     });
-    let results = results.into_inner().unwrap();
     let mut per_cell: Vec<[Vec<RunOutcome>; 3]> =
         (0..cells.len()).map(|_| Default::default()).collect();
     for (job, r) in jobs.iter().zip(results) {
-        per_cell[job.cell][job.protocol].push(r.expect("every job ran"));
+        per_cell[job.cell][job.protocol].push(r);
     }
     Report {
         config: cfg.clone(),

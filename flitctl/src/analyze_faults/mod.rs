@@ -6,7 +6,7 @@
 //!
 //! - meshes / tori, seed 004's I, D, M, I+D, I×2, … (§4: every *connected*
 //!   pair has a route whose legs avoid the faults) — delegated to
-//!   [`flitnet_core::analysis::intermediate::tolerance_table`];
+//!   [`tolerance_table`];
 //! - k-ary n-trees, `dlr` / `dlr-adaptive` (seed 002 §6.4: every packet is
 //!   delivered by local rerouting, walked with the switch logic itself);
 //! - k-ary n-trees, `reroute` (§6.4's controller reconfiguration:
@@ -20,11 +20,18 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use flitnet_core::analysis::intermediate::{
-    binomial, tolerance_table, AnalysisOptions, FaultMode, Mechanisms,
+#[cfg(test)]
+mod golden;
+pub mod table;
+
+pub use table::{
+    binomial, distance_one_region, tolerance_table, tolerated_by, AnalysisOptions, FaultMode,
+    MechanismSplit, Rows, VariantRow,
 };
+
 use flitnet_core::mechanism::dlr::walk::{switch_links, Sweeper};
 use flitnet_core::mechanism::dlr::{DlrConfig, DlrFaults, DlrVariant};
+use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::routing::ft2ei::{self, directed_links, Ft2eiConfig};
 use flitnet_core::routing::interval::KaryTree;
 use flitnet_core::topology::generators::{kary_ntree, mesh_or_torus};

@@ -3,9 +3,9 @@
 //! rows are `#[ignore]`d — run them in release with
 //! `cargo test -p flitnet-core --release -- --ignored intermediate`.
 
-use super::legs::{MechanismUse, Mechanisms};
 use super::table::{tolerance_table, AnalysisOptions, FaultMode, Rows};
-use crate::topology::generators::mesh_or_torus;
+use flitnet_core::mechanism::intermediate::legs::{MechanismUse, Mechanisms};
+use flitnet_core::topology::generators::mesh_or_torus;
 
 /// Table 2's columns, in order.
 const COLUMNS: [&str; 10] = [
@@ -361,13 +361,13 @@ mod agreement {
     //! The fast bitset analysis and the route search must agree: a fault set
     //! is tolerated iff `choose_route` finds a route for every connected
     //! pair, and every route it returns is safe leg by leg (§3.7).
-    use super::super::cube::Cube;
-    use super::super::legs::{LegKind, Mechanisms, Route, RouteChoice};
-    use super::super::select::RoutePlanner;
     use super::super::table::tolerated_by;
     use super::COLUMNS;
-    use crate::topology::generators::mesh_or_torus;
-    use crate::topology::{FaultSet, LinkId, Topology};
+    use flitnet_core::mechanism::intermediate::cube::Cube;
+    use flitnet_core::mechanism::intermediate::legs::{LegKind, Mechanisms, Route, RouteChoice};
+    use flitnet_core::mechanism::intermediate::select::RoutePlanner;
+    use flitnet_core::topology::generators::mesh_or_torus;
+    use flitnet_core::topology::{FaultSet, LinkId, Topology};
     use proptest::prelude::*;
 
     /// Re-checks a route hop by hop, independently of the search.
@@ -456,7 +456,7 @@ mod agreement {
             // Switch links only: skip the 27 host links.
             let switch_links: Vec<LinkId> = (0..topo.links.len() as LinkId)
                 .filter(|&l| topo.links[l as usize].a.node != topo.links[l as usize].b.node
-                    && matches!(topo.links[l as usize].a.node, crate::topology::NodeRef::Switch(_)))
+                    && matches!(topo.links[l as usize].a.node, flitnet_core::topology::NodeRef::Switch(_)))
                 .collect();
             let links: Vec<LinkId> = picks.iter().filter(|&&p| (p as usize) < switch_links.len())
                 .map(|&p| switch_links[p as usize]).collect();

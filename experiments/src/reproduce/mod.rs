@@ -19,14 +19,13 @@ mod section;
 
 pub use section::{line, Line, Section, Verdict};
 
-use crate::analyze_faults::{analyze, AnalyzeFaultsArgs, FaultAnalysis, Mode};
+use crate::analysis::dlr_connectivity::{connectivity_curve, Row as CurveRow};
 use anyhow::{Context, Result};
 use clap::Args;
-use flitnet_core::analysis::dlr_connectivity::{connectivity_curve, Row as CurveRow};
-use flitnet_core::analysis::intermediate::{
-    tolerance_table, AnalysisOptions, FaultMode, MechanismUse, Mechanisms,
-};
+use flitctl::analyze_faults::{analyze, AnalyzeFaultsArgs, FaultAnalysis, Mode};
+use flitctl::analyze_faults::{tolerance_table, AnalysisOptions, FaultMode};
 use flitnet_core::host::histogram::Moments;
+use flitnet_core::mechanism::intermediate::{MechanismUse, Mechanisms};
 use flitnet_core::routing::gxmodk::{gdmodk, gsmodk};
 use flitnet_core::routing::interval::MemoryModel;
 use flitnet_core::routing::metrics::{
@@ -510,7 +509,7 @@ fn seed002(quick: bool, threads: usize) -> Result<Section> {
     // for the "≈" (Fig. 11 is read off a plot).
     let r10 = &t43[10];
     let near97 = [r10.dlr, r10.dlr_adaptive, r10.updown].iter().all(|&c| {
-        let (lo, hi) = crate::analyze_faults::wilson95(c, r10.sets);
+        let (lo, hi) = flitctl::analyze_faults::wilson95(c, r10.sets);
         (lo - 1.0..=hi + 1.0).contains(&97.0)
     });
     lines.push(
@@ -977,7 +976,7 @@ fn seed001(quick: bool) -> Result<Section> {
         // Route computation time on the 8640-node PGFT stand-in.
         let path = std::path::Path::new("topologies/pgft-8640.yaml");
         if path.exists() {
-            let big = crate::topo::load(path)?;
+            let big = flitctl::topo::load(path)?;
             let began = Instant::now();
             engine("dmodc")?.route(&big, &none)?;
             let ms = began.elapsed().as_secs_f64() * 1e3;
@@ -1032,7 +1031,7 @@ fn crossing_permutation(topo: &Topology, a: &str, b: &str, flows: usize) -> Resu
     };
     let (sa, sb) = (id(a)?, id(b)?);
     let none = FaultSet::none();
-    let tables = crate::route::compute_routes(topo, "auto", &none)?;
+    let tables = flitctl::route::compute_routes(topo, "auto", &none)?;
     let router = TableRouter::new(topo, &none, &tables);
     let crosses = |src: HostId, dst: HostId| {
         router.path(src, dst).is_some_and(|p| {
@@ -1085,7 +1084,7 @@ fn transit_permutation(topo: &Topology, bs: &[&str], flows: usize) -> Result<Str
         })
         .collect::<Result<Vec<_>>>()?;
     let none = FaultSet::none();
-    let tables = crate::route::compute_routes(topo, "auto", &none)?;
+    let tables = flitctl::route::compute_routes(topo, "auto", &none)?;
     let router = TableRouter::new(topo, &none, &tables);
     let through = |src: HostId, dst: HostId| {
         router.path(src, dst).is_some_and(|p| {
@@ -1182,10 +1181,8 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         argv.push("--time-dilation".into());
         argv.push("1".into());
     }
-    let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{cmd}: {e}"))?
-        .up;
-    let r = crate::up::execute(&up)
+    let up = flitctl::up::UpArgs::from_argv(&argv).with_context(|| cmd.to_string())?;
+    let r = flitctl::up::execute(&up)
         .with_context(|| cmd.to_string())?
         .run;
     let t = &r.totals;
@@ -1282,11 +1279,11 @@ fn seed003(quick: bool) -> Result<Section> {
     let protocols = ["sbrp0", "sbrp1", "sbrp2"];
     let mut lines = Vec::new();
     // Private (mkdtemp): the daemons read the permutation files in it.
-    let dir = crate::rundir::create(None, "reproduce-003", true)?.path;
+    let dir = flitctl::rundir::create(None, "reproduce-003", true)?.path;
     for &mode in modes {
         for (name, file, routers, (a, b), ctl_load) in cases {
             let path = std::path::Path::new(file);
-            let topo = crate::topo::load(path)?;
+            let topo = flitctl::topo::load(path)?;
             // Per run: (permutation file, what it is, the fault options).
             let mut setups = Vec::new();
             match mode {
@@ -1429,27 +1426,6 @@ const LOCAL_LOAD: &str = "0.15";
 
 /// [`LOCAL_LOAD`] of `--quick` (one run per cell; see `seed003`).
 const QUICK_LOCAL_LOAD: &str = "0.4";
-
-/// `flitctl up`'s arguments from `argv` (`flitctl up …`), parsed as on
-/// the command line.
-pub fn parse_up(argv: &[String]) -> Result<crate::up::UpArgs> {
-    let UpSub::Up(up) = <UpCli as clap::Parser>::try_parse_from(argv)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", argv.join(" ")))?
-        .up;
-    Ok(up)
-}
-
-/// `flitctl up`'s arguments, parsed as on the command line.
-#[derive(clap::Parser)]
-struct UpCli {
-    #[command(subcommand)]
-    up: UpSub,
-}
-
-#[derive(clap::Subcommand)]
-enum UpSub {
-    Up(crate::up::UpArgs),
-}
 
 /// ln Γ(x), x > 0 (Lanczos, g = 7, 9 terms: ~15 digits).
 fn ln_gamma(x: f64) -> f64 {
