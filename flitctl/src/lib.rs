@@ -32,6 +32,7 @@ pub mod rundir;
 pub mod runs;
 pub mod scenario;
 pub mod session;
+pub mod shmnet;
 pub mod sim;
 pub mod stall;
 pub mod state;

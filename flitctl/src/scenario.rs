@@ -286,8 +286,9 @@ pub struct FabricSection {
     pub delay: Time,
     pub dead_after: Time,
     pub max_packet_flits: u32,
-    /// `udp` (default) or `ethernet` (veth pairs in a network namespace
-    /// made for the run; needs root, docs/wire.md "Transports").
+    /// `shm` (default: shared-memory rings), `udp` or `ethernet` (veth
+    /// pairs in a network namespace made for the run; needs root,
+    /// docs/wire.md "Transports").
     pub transport: DataTransport,
     /// How long a link stays down after a link error before it retrains
     /// (0 = no link error recovery; docs/wire.md).
@@ -369,7 +370,7 @@ impl Default for FabricSection {
             delay: Time(Duration::from_micros(10)),
             dead_after: Time(Duration::from_millis(300)),
             max_packet_flits: 8,
-            transport: DataTransport::Udp,
+            transport: DataTransport::Shm,
             link_retrain: Time(Duration::from_nanos(flitnet_core::link::DEFAULT_RETRAIN_NS)),
             reconfiguration: Default::default(),
             hoq_lifetime: None,
