@@ -75,9 +75,10 @@ fn kary_4_2_all_to_all_wormhole_1vc() {
     assert_eq!(r["totals"]["messages_delivered"], 16 * 15);
 }
 
+/// Over UDP: the other tests run over the default transport, shm.
 #[test]
-fn kary_4_2_uniform_vct_2vcs() {
-    run("kary-4-2.yaml", "uniform", "vct", 2, &[]);
+fn kary_4_2_uniform_vct_2vcs_over_udp() {
+    run("kary-4-2.yaml", "uniform", "vct", 2, &["--transport", "udp"]);
 }
 
 #[test]

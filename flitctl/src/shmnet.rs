@@ -73,6 +73,11 @@ impl ShmNet {
         Ok(net)
     }
 
+    /// Bytes of one link file (both rings) for a fabric of `params`.
+    pub fn link_file_bytes(params: &FabricParams) -> usize {
+        shm::file_len(shm::ring_capacity(params))
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
