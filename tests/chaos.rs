@@ -46,7 +46,10 @@ fn chaos(name: &str, scenario: &Path) -> Value {
     let left = processes_matching(run_dir.to_str().unwrap());
     assert_eq!(left, 0, "{name}: {left} daemons left running");
     // Nor ring files (the shm transport's, under /dev/shm).
-    let base = format!("flitnet-{}-", run_dir.file_name().unwrap().to_string_lossy());
+    let base = format!(
+        "flitnet-{}-",
+        run_dir.file_name().unwrap().to_string_lossy()
+    );
     let rings: Vec<_> = std::fs::read_dir("/dev/shm")
         .into_iter()
         .flatten()

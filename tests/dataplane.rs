@@ -79,7 +79,13 @@ fn kary_4_2_all_to_all_wormhole_1vc() {
 /// Over UDP: the other tests run over the default transport, shm.
 #[test]
 fn kary_4_2_uniform_vct_2vcs_over_udp() {
-    run("kary-4-2.yaml", "uniform", "vct", 2, &["--transport", "udp"]);
+    run(
+        "kary-4-2.yaml",
+        "uniform",
+        "vct",
+        2,
+        &["--transport", "udp"],
+    );
 }
 
 #[test]
@@ -294,7 +300,11 @@ fn garbage_written_into_a_shared_ring_is_refused_and_counted() {
     assert_eq!(reports.len(), 24, "{:?}", reports.keys());
     let refused: u64 = reports
         .values()
-        .map(|r| r["event_loop"]["transport"]["ring_corrupt"].as_u64().unwrap())
+        .map(|r| {
+            r["event_loop"]["transport"]["ring_corrupt"]
+                .as_u64()
+                .unwrap()
+        })
         .sum();
     assert!(refused > 0, "no daemon counted a corrupt ring");
 }

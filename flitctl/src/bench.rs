@@ -720,7 +720,10 @@ impl Bench {
             let mut row = json!({ "load": fraction });
             let mut dgrams_udp = 100.0;
             let mut p50s = [0.0; 2];
-            for (i, t) in [DataTransport::Udp, DataTransport::Shm].into_iter().enumerate() {
+            for (i, t) in [DataTransport::Udp, DataTransport::Shm]
+                .into_iter()
+                .enumerate()
+            {
                 let tag = format!("trlat{}-{}", (fraction * 100.0) as u32, t.name());
                 let run = self.pair_run_on(t, None, load, &tag)?;
                 let p = |q: &dyn Fn(&Percentiles) -> u64| {

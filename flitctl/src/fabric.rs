@@ -8,8 +8,8 @@
 
 use crate::events::Quiesced;
 use crate::netns::{interface_mac, interface_name, EthernetNet};
-use crate::shmnet::{bell_path, ring_path, ShmNet};
 use crate::process::ProcessId;
+use crate::shmnet::{bell_path, ring_path, ShmNet};
 use crate::state::{DaemonRecord, FabricState};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{

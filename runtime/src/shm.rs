@@ -163,7 +163,10 @@ impl LinkFile {
         let version = f.u32_at(8).load(Ordering::Relaxed);
         let capacity = f.u32_at(12).load(Ordering::Relaxed) as usize;
         if magic != MAGIC || version != VERSION {
-            bail!("{}: not a flitnet ring file (version {VERSION})", path.display());
+            bail!(
+                "{}: not a flitnet ring file (version {VERSION})",
+                path.display()
+            );
         }
         if !capacity.is_power_of_two()
             || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity)
@@ -290,7 +293,11 @@ impl ShmPort {
         let rec = record_len(data.len()) as u64;
         let mut off = self.head % cap;
         let contiguous = cap - off;
-        let need = if rec > contiguous { contiguous + rec } else { rec };
+        let need = if rec > contiguous {
+            contiguous + rec
+        } else {
+            rec
+        };
         if need > cap - used {
             return Push::Full;
         }
@@ -312,11 +319,7 @@ impl ShmPort {
 
     /// Whether the ring we read holds something.
     fn readable(&self) -> bool {
-        self.file
-            .ring(1 - self.end)
-            .head()
-            .load(Ordering::Acquire)
-            != self.tail
+        self.file.ring(1 - self.end).head().load(Ordering::Acquire) != self.tail
     }
 }
 
@@ -745,7 +748,8 @@ mod tests {
         // A record longer than the MTU, then one running past the head.
         for len in [60_000u32, 200] {
             let base = b.ports[0].tail;
-            r.len_word((base % 4096) as usize).store(len, Ordering::Relaxed);
+            r.len_word((base % 4096) as usize)
+                .store(len, Ordering::Relaxed);
             r.head().store(base + 64, Ordering::Release);
             assert!(recv(&mut b).is_empty());
         }
