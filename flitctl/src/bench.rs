@@ -873,7 +873,7 @@ impl Bench {
             let mut params = Self::pair_params(Some(bw));
             params.buffer_depth = 16;
             params.propagation_ns = 10_000;
-            crate::bench_sim::flit_hops_per_s(topo.clone(), params, load, 20_000_000)?
+            crate::bench_sim::flit_hops_per_s(topo.clone(), params, load, 500_000_000)?
         } else {
             0.0
         };
