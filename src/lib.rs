@@ -247,6 +247,7 @@ pub mod daemon_cli {
             seed: 1,
             events_addr: None,
             netns: None,
+            doorbell: None,
         }
     }
 }

@@ -24,6 +24,7 @@ fn scratch_dir(name: &str) -> PathBuf {
 }
 
 /// Writes `body` (without the topology line) as a scenario for `topo`.
+/// The fabric's transport is the default, shm, unless `body` says udp.
 fn scenario(name: &str, topo: &str, body: &str) -> PathBuf {
     let path =
         std::env::temp_dir().join(format!("flitnet-chaos-{name}-{}.yaml", std::process::id()));
@@ -44,6 +45,18 @@ fn chaos(name: &str, scenario: &Path) -> Value {
     ]);
     let left = processes_matching(run_dir.to_str().unwrap());
     assert_eq!(left, 0, "{name}: {left} daemons left running");
+    // Nor ring files (the shm transport's, under /dev/shm).
+    let base = format!(
+        "flitnet-{}-",
+        run_dir.file_name().unwrap().to_string_lossy()
+    );
+    let rings: Vec<_> = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&base))
+        .collect();
+    assert!(rings.is_empty(), "{name}: ring files left: {rings:?}");
     let report = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
     for file in [
         "report.json",
@@ -210,7 +223,7 @@ fn restoring_a_switch_brings_traffic_back_without_further_loss() {
         "kary-4-2.yaml",
         "mechanism: reroute\n\
          traffic: {pattern: uniform, load: 0.05, duration: 4.5s}\n\
-         fabric: {bandwidth: 20000, dead-after: 500ms}\n\
+         fabric: {bandwidth: 20000, dead-after: 500ms, transport: udp}\n\
          timeline:\n\
          \x20 - {at: 1s, action: kill-switch, target: \"s1-2\"}\n\
          \x20 - {at: 2s, action: restore-switch, target: \"s1-2\"}\n",

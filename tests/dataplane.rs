@@ -1,5 +1,6 @@
 //! End-to-end data-plane tests: `flitctl up` starts one real `switchd` per
-//! switch and one `hostd` per host on loopback, traffic flows over UDP with
+//! switch and one `hostd` per host, traffic flows over shared-memory rings
+//! (the default transport; one run over UDP on loopback) with
 //! credit-based flow control, and every message must arrive exactly once,
 //! in order per flow, with zero drops and zero credit violations.
 //!
@@ -75,9 +76,16 @@ fn kary_4_2_all_to_all_wormhole_1vc() {
     assert_eq!(r["totals"]["messages_delivered"], 16 * 15);
 }
 
+/// Over UDP: the other tests run over the default transport, shm.
 #[test]
-fn kary_4_2_uniform_vct_2vcs() {
-    run("kary-4-2.yaml", "uniform", "vct", 2, &[]);
+fn kary_4_2_uniform_vct_2vcs_over_udp() {
+    run(
+        "kary-4-2.yaml",
+        "uniform",
+        "vct",
+        2,
+        &["--transport", "udp"],
+    );
 }
 
 #[test]
@@ -203,4 +211,100 @@ fn bad_arguments_are_refused_before_anything_starts() {
             "{args:?}: expected `{expect}` in: {err}"
         );
     }
+}
+
+/// The shm transport treats a ring as untrusted input: garbage written into
+/// a link's ring file while traffic runs (a neighbour scribbling over
+/// shared memory) is refused and counted by the daemon reading it, which
+/// goes on running and reports at the end like every other.
+#[test]
+fn garbage_written_into_a_shared_ring_is_refused_and_counted() {
+    use std::os::unix::fs::FileExt;
+    use std::process::{Command, Stdio};
+    let run_dir = RunDir::new("shm-garbage");
+    let dir = run_dir.path().to_str().unwrap().to_string();
+    let topo = topology("kary-4-2.yaml");
+    let child = Command::new(flitnet::bin("flitctl"))
+        .args([
+            "up",
+            topo.to_str().unwrap(),
+            "--transport",
+            "shm",
+            "--bandwidth",
+            "50000",
+            "--load",
+            "0.1",
+            "--duration",
+            "3s",
+            "--time-dilation",
+            "1",
+            "--json",
+            "--run-dir",
+            &dir,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The ring directory, from the run's state file.
+    let started = std::time::Instant::now();
+    let ring = loop {
+        let state = std::fs::read(run_dir.path().join("state.json")).unwrap_or_default();
+        let state: serde_json::Value = serde_json::from_slice(&state).unwrap_or_default();
+        if let Some(d) = state["shm_dir"].as_str() {
+            let ring = std::path::Path::new(d).join("link-0");
+            if ring.exists() && state["daemons"].as_array().is_some_and(|a| a.len() == 24) {
+                break ring;
+            }
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no ring files"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Ring 0 of the file: its producer's index (8 bytes at 64) and its
+    // data area (from 256), overwritten with pseudo-random bytes, again
+    // and again while the producer writes.
+    let file = std::fs::OpenOptions::new().write(true).open(&ring).unwrap();
+    let data_len = (file.metadata().unwrap().len() as usize - 64) / 2 - 192;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut garbage = vec![0u8; data_len];
+    for _ in 0..20 {
+        for b in garbage.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        file.write_all_at(&garbage, 256).unwrap();
+        file.write_all_at(&x.to_le_bytes(), 64).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        flitnet::processes_matching(&dir),
+        0,
+        "daemons of {dir} left running"
+    );
+    let reports = std::fs::read(run_dir.path().join("reports.json")).unwrap_or_else(|e| {
+        panic!(
+            "no reports.json ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let reports: serde_json::Value = serde_json::from_slice(&reports).unwrap();
+    let reports = reports.as_object().unwrap();
+    // Every daemon answered at the end: none died of the garbage.
+    assert_eq!(reports.len(), 24, "{:?}", reports.keys());
+    let refused: u64 = reports
+        .values()
+        .map(|r| {
+            r["event_loop"]["transport"]["ring_corrupt"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert!(refused > 0, "no daemon counted a corrupt ring");
 }

@@ -321,8 +321,17 @@ fn bad_ethernet_arguments_are_refused_before_anything_starts() {
             "only made for --transport ethernet",
         ),
         (
-            vec!["up", t, "--kill-link", "s0-0:4", "--kill-by", "carrier"],
-            "needs --transport ethernet",
+            vec![
+                "up",
+                t,
+                "--transport",
+                "udp",
+                "--kill-link",
+                "s0-0:4",
+                "--kill-by",
+                "carrier",
+            ],
+            "needs --transport ethernet or shm",
         ),
         (vec!["up", t, "--transport", "token-ring"], "token-ring"),
         (

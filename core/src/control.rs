@@ -41,6 +41,10 @@ pub enum DataTransport {
     /// Raw Ethernet frames (AF_PACKET) of EtherType [`ETHERTYPE_FLITNET`],
     /// one network interface per port (a veth end, a container's interface).
     Ethernet,
+    /// Shared-memory rings between daemons on one machine: every link is a
+    /// file of two single-producer single-consumer rings, every daemon has
+    /// a doorbell (docs/wire.md, "Shared-memory transport").
+    Shm,
 }
 
 impl DataTransport {
@@ -48,6 +52,7 @@ impl DataTransport {
         match self {
             DataTransport::Udp => "udp",
             DataTransport::Ethernet => "ethernet",
+            DataTransport::Shm => "shm",
         }
     }
 }
@@ -457,6 +462,16 @@ pub struct PortPeer {
     /// point-to-point cable has one peer anyway).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_mac: Option<String>,
+    /// Shm transport: the link's ring file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<std::path::PathBuf>,
+    /// Shm transport: which end of the link this port is (0: the ring file's
+    /// first ring is ours to write, 1: the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_end: Option<u8>,
+    /// Shm transport: the peer daemon's doorbell (a named pipe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_doorbell: Option<std::path::PathBuf>,
 }
 
 impl PortPeer {
@@ -468,6 +483,29 @@ impl PortPeer {
             peer_port: None,
             interface: None,
             peer_mac: None,
+            ring: None,
+            ring_end: None,
+            peer_doorbell: None,
+        }
+    }
+
+    /// A port cabled by end `end` of the shared-memory link file `ring`,
+    /// whose peer's doorbell is `peer_doorbell`.
+    pub fn shm(
+        port: PortNo,
+        ring: &std::path::Path,
+        end: u8,
+        peer_doorbell: &std::path::Path,
+    ) -> Self {
+        PortPeer {
+            port,
+            peer: None,
+            peer_port: None,
+            interface: None,
+            peer_mac: None,
+            ring: Some(ring.to_path_buf()),
+            ring_end: Some(end),
+            peer_doorbell: Some(peer_doorbell.to_path_buf()),
         }
     }
 
@@ -490,6 +528,9 @@ impl PortPeer {
                     .collect::<Vec<_>>()
                     .join(":")
             }),
+            ring: None,
+            ring_end: None,
+            peer_doorbell: None,
         }
     }
 }
@@ -557,6 +598,10 @@ pub struct DaemonConfig {
     /// events) where it was started. None = the daemon's own namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
+    /// Shm transport: this daemon's doorbell, a named pipe its neighbours
+    /// write to when it sleeps and they wrote into its rings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doorbell: Option<std::path::PathBuf>,
 }
 
 /// Something a daemon noticed, pushed to the controller.
@@ -663,6 +708,11 @@ impl DaemonConfig {
                             "{name}: port {port} names an interface, but the fabric's transport is udp"
                         )));
                     }
+                    if p.ring.is_some() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} names a ring, but the fabric's transport is udp"
+                        )));
+                    }
                     if let Some(peer) = p.peer {
                         cables.entry(peer).or_default().push((port, p.peer_port));
                     }
@@ -700,6 +750,28 @@ impl DaemonConfig {
                             "{name}: port {port} has a peer address, but the fabric's transport is ethernet"
                         )));
                     }
+                    if p.ring.is_some() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} names a ring, but the fabric's transport is ethernet"
+                        )));
+                    }
+                }
+                DataTransport::Shm => {
+                    if p.ring.is_none() || p.peer_doorbell.is_none() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} names no ring file or no peer doorbell (the shm transport needs both)"
+                        )));
+                    }
+                    if !matches!(p.ring_end, Some(0 | 1)) {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port}: ring_end must be 0 or 1"
+                        )));
+                    }
+                    if p.peer.is_some() || p.interface.is_some() {
+                        return Err(ConfigError(format!(
+                            "{name}: port {port} has a peer address or an interface, but the fabric's transport is shm"
+                        )));
+                    }
                 }
             }
         }
@@ -724,6 +796,11 @@ impl DaemonConfig {
         if self.netns.is_some() && self.fabric.transport != DataTransport::Ethernet {
             return Err(ConfigError(format!(
                 "{name}: a network namespace is only used by the ethernet transport, not {transport}"
+            )));
+        }
+        if (self.fabric.transport == DataTransport::Shm) != self.doorbell.is_some() {
+            return Err(ConfigError(format!(
+                "{name}: a doorbell is needed by, and only used by, the shm transport (this one is {transport})"
             )));
         }
         if let Some(ns) = &self.netns {
@@ -988,6 +1065,7 @@ mod tests {
             seed: 1,
             events_addr: None,
             netns: None,
+            doorbell: None,
         }
     }
 

@@ -16,10 +16,13 @@
 //!   4-ary 3-tree (112 processes) and an 8-ary 3-tree (704), and whether a
 //!   low-load all-to-all delivers every message.
 //!
-//! * **Transports.** The same switchd forwarding measurement (and the bare
-//!   forwarder, and the 4-ary 2-tree) over UDP on loopback and over raw
-//!   Ethernet on veth pairs in a network namespace, alternated in the same
-//!   run, as ethernet/udp ratios (needs root).
+//! * **Transports.** The same switchd forwarding measurement over UDP on
+//!   loopback, shared-memory rings and (as root) raw Ethernet on veth
+//!   pairs, alternated in the same run, beside the bare UDP forwarder: flits/s
+//!   and CPU per flit at saturation, per-hop latency at 10/50/90 % load, the
+//!   faithful capacity of a 4-ary 2-tree (shm and udp) beside the
+//!   simulator's flit-hops/s, and a shm daemon's memory with its rings
+//!   counted apart.
 //!
 //! Timer lateness (the emulation's dilation) comes from the daemons' event
 //! loops, which add it to their `Report` answers.
@@ -113,11 +116,11 @@ pub fn run_datapath(args: DatapathArgs) -> Result<()> {
     }
     if want("transports") {
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            out["transports"] = b.transports()?;
-        } else {
-            println!("== transports: skipped (the ethernet transport needs root)");
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            println!("   (the ethernet transport needs root: udp and shm only)");
         }
+        out["transports"] = b.transports(root)?;
     }
     if want("scale") {
         let mut scale = vec![b.scale(4, 3)?];
@@ -616,76 +619,290 @@ impl Bench {
         }))
     }
 
-    /// UDP on loopback against raw Ethernet on veth pairs, alternated so
-    /// that both see the same machine: one switchd forwarding unpaced
-    /// (best of two runs each), the bare forwarders, and a 4-ary 2-tree.
-    fn transports(&self) -> Result<Value> {
-        println!("== transports: udp (loopback) vs ethernet (AF_PACKET on veth pairs)");
-        let both = [DataTransport::Udp, DataTransport::Ethernet];
-        let mut best: [(f64, f64, f64, TransportCounters); 2] =
-            std::array::from_fn(|_| (0.0, 0.0, 0.0, TransportCounters::default()));
+    /// The transports against each other, alternated so that each sees
+    /// the same machine: UDP on loopback, shared-memory rings and (as root)
+    /// raw Ethernet on veth pairs. One switchd forwarding unpaced (best of
+    /// two runs each) with its CPU per flit, beside the bare UDP forwarder;
+    /// per-hop latency at 10/50/90 % load; the faithful capacity of a 4-ary
+    /// 2-tree beside the simulator's flit-hops/s; a shm daemon's memory.
+    fn transports(&self, ethernet: bool) -> Result<Value> {
+        let mut all = vec![DataTransport::Udp, DataTransport::Shm];
+        if ethernet {
+            all.push(DataTransport::Ethernet);
+        }
+        let names: Vec<&str> = all.iter().map(|t| t.name()).collect();
+        println!(
+            "== transports: {} (one switchd at saturation, per-hop latency, faithful 4-ary 2-tree capacity)",
+            names.join(" vs ")
+        );
+        #[derive(Clone, Default)]
+        struct Best {
+            flits: f64,
+            dgrams: f64,
+            bytes: f64,
+            cpu_ns_per_flit: f64,
+            counters: TransportCounters,
+        }
+        let mut best = vec![Best::default(); all.len()];
         for round in 0..2 {
-            for (i, &t) in both.iter().enumerate() {
+            for (i, &t) in all.iter().enumerate() {
                 let run = self.pair_run_on(t, None, 1.0, &format!("tr-{}-{round}", t.name()))?;
-                let (flits, dgrams, bytes, sw) = (
+                println!(
+                    "  ({} round {round}: switchd forwarded {:.0} flits/s, {:.0} datagrams/s, {:.0} ns CPU per flit)",
+                    t.name(),
                     run.flits_per_s,
                     run.datagrams_per_s,
-                    run.datagram_bytes,
-                    run.switch,
+                    run.cpu_ns_per_flit
                 );
-                println!(
-                    "  ({} round {round}: switchd forwarded {flits:.0} flits/s, {dgrams:.0} frames/s)",
-                    t.name()
-                );
-                if flits > best[i].0 {
-                    best[i] = (flits, dgrams, bytes, sw.event_loop.transport.clone());
+                if run.flits_per_s > best[i].flits {
+                    best[i] = Best {
+                        flits: run.flits_per_s,
+                        dgrams: run.datagrams_per_s,
+                        bytes: run.datagram_bytes,
+                        cpu_ns_per_flit: run.cpu_ns_per_flit,
+                        counters: run.switch.event_loop.transport.clone(),
+                    };
                 }
             }
         }
-        let datagram = (best[0].2.round() as usize).clamp(32, 1400);
+        let datagram = (best[0].bytes.round() as usize).clamp(32, 1400);
         let base_udp = baseline(datagram, None, self.window)?;
-        let base_eth = baseline_ethernet(datagram, self.window)?;
+        let base_eth = if ethernet {
+            Some(baseline_ethernet(datagram, self.window)?)
+        } else {
+            None
+        };
+        let ratio = |a: f64, b: f64| a / b.max(1e-9);
         let mut rows = Vec::new();
-        for (i, &t) in both.iter().enumerate() {
-            let (flits, dgrams, bytes, tr) = &best[i];
-            let base = if i == 0 { &base_udp } else { &base_eth };
+        for (i, &t) in all.iter().enumerate() {
+            let b = &best[i];
+            let c = &b.counters;
             println!(
-                "  {:<8} switchd {:>10.0} flits/s {:>9.0} datagrams/s ({:.1} flits/datagram, {:.0} B) | bare forwarder {:>9.0} datagrams/s of {datagram} B",
+                "  {:<8} switchd {:>10.0} flits/s {:>9.0} datagrams/s ({:.1} flits/datagram, {:.0} B), {:.0} ns CPU per flit, {:.3} send syscalls per datagram",
                 t.name(),
-                flits,
-                dgrams,
-                flits / dgrams.max(1.0),
-                bytes,
-                base.datagrams_per_s
+                b.flits,
+                b.dgrams,
+                b.flits / b.dgrams.max(1.0),
+                b.bytes,
+                b.cpu_ns_per_flit,
+                ratio(c.tx_syscalls as f64, c.tx_datagrams as f64)
             );
             rows.push(json!({
                 "transport": t.name(),
-                "switch_flits_per_s": flits,
-                "switch_datagrams_per_s": dgrams,
-                "mean_datagram_bytes": bytes,
-                "baseline_datagrams_per_s": base.datagrams_per_s,
-                "switch_transport": tr,
+                "switch_flits_per_s": b.flits,
+                "switch_datagrams_per_s": b.dgrams,
+                "mean_datagram_bytes": b.bytes,
+                "switch_cpu_ns_per_flit": b.cpu_ns_per_flit,
+                "switch_transport": c,
             }));
         }
-        let ratio = |a: f64, b: f64| a / b.max(1.0);
-        let switch_ratio = ratio(best[1].0, best[0].0);
-        let base_ratio = ratio(base_eth.datagrams_per_s, base_udp.datagrams_per_s);
         println!(
-            "  ratio ethernet/udp: switchd flits/s {switch_ratio:.2}, bare forwarder datagrams/s {base_ratio:.2}"
+            "  bare UDP forwarder {:>9.0} datagrams/s of {datagram} B, {:.0} ns CPU per datagram{}",
+            base_udp.datagrams_per_s,
+            base_udp.cpu_ns_per_datagram,
+            base_eth
+                .as_ref()
+                .map(|e| format!(
+                    "; bare ethernet forwarder {:.0} datagrams/s",
+                    e.datagrams_per_s
+                ))
+                .unwrap_or_default()
         );
-        let mut fabric = Vec::new();
-        for t in both {
-            fabric.push(self.fabric_at_on(t, 50_000)?);
+        let shm_vs_udp = ratio(best[1].flits, best[0].flits);
+        let shm_vs_bare = ratio(best[1].flits, base_udp.datagrams_per_s);
+        let cpu_udp_vs_shm = ratio(best[0].cpu_ns_per_flit, best[1].cpu_ns_per_flit);
+        println!(
+            "  ratio shm/udp: switchd flits/s {shm_vs_udp:.2}; shm switchd flits/s / bare UDP forwarder datagrams/s {shm_vs_bare:.2}; CPU per flit udp/shm {cpu_udp_vs_shm:.2}"
+        );
+        // Per-hop latency: unpaced links (the data path alone), both
+        // transports offered the same rate, 10/50/90 % of UDP's saturation.
+        let per_host = best[0].flits / 2.0;
+        let mut latency = Vec::new();
+        for fraction in [0.1, 0.5, 0.9] {
+            let load = (fraction * per_host / 1e6).clamp(0.001, 1.0);
+            let mut row = json!({ "load": fraction });
+            let mut dgrams_udp = 100.0;
+            let mut p50s = [0.0; 2];
+            for (i, t) in [DataTransport::Udp, DataTransport::Shm]
+                .into_iter()
+                .enumerate()
+            {
+                let tag = format!("trlat{}-{}", (fraction * 100.0) as u32, t.name());
+                let run = self.pair_run_on(t, None, load, &tag)?;
+                let p = |q: &dyn Fn(&Percentiles) -> u64| {
+                    run.hosts
+                        .iter()
+                        .map(|h| q(&h.endpoint.latency_ns) as f64)
+                        .fold(0.0, f64::max)
+                };
+                // host -> switch -> host: two hops.
+                let (p50, p99) = (p(&|l| l.p50) / 2.0, p(&|l| l.p99) / 2.0);
+                p50s[i] = p50;
+                if i == 0 {
+                    dgrams_udp = run.datagrams_per_s.max(100.0);
+                }
+                row[t.name()] = json!({ "per_hop_p50_ns": p50, "per_hop_p99_ns": p99,
+                    "flits_per_s": run.flits_per_s });
+            }
+            let base = baseline(datagram, Some(dgrams_udp), self.window)?;
+            // sender -> forwarder -> receiver: two hops as well.
+            let base_hop = base.p50_ns / 2.0;
+            row["bare_udp_forwarder_per_hop_p50_ns"] = json!(base_hop);
+            row["shm_p50_vs_bare_udp"] = json!(ratio(p50s[1], base_hop));
+            row["shm_p50_vs_udp"] = json!(ratio(p50s[1], p50s[0]));
+            println!(
+                "  {:>3.0} % load: per hop p50/p99 shm {:.1}/{:.1} us, udp {:.1}/{:.1} us; bare UDP forwarder p50 {:.1} us per hop; shm p50 = {:.2} x udp, {:.2} x bare forwarder",
+                fraction * 100.0,
+                row["shm"]["per_hop_p50_ns"].as_f64().unwrap_or(0.0) / 1e3,
+                row["shm"]["per_hop_p99_ns"].as_f64().unwrap_or(0.0) / 1e3,
+                row["udp"]["per_hop_p50_ns"].as_f64().unwrap_or(0.0) / 1e3,
+                row["udp"]["per_hop_p99_ns"].as_f64().unwrap_or(0.0) / 1e3,
+                base_hop / 1e3,
+                ratio(p50s[1], p50s[0]),
+                ratio(p50s[1], base_hop)
+            );
+            latency.push(row);
         }
-        let accepted = |i: usize| fabric[i]["accepted_flits_per_s"].as_f64().unwrap_or(0.0);
-        let fabric_ratio = ratio(accepted(1), accepted(0));
-        println!("  ratio ethernet/udp: 4-ary 2-tree accepted flits/s {fabric_ratio:.2}");
+        let mut capacity = Vec::new();
+        for t in [DataTransport::Udp, DataTransport::Shm] {
+            capacity.push(self.faithful_capacity(t)?);
+        }
+        let cap = |i: usize| capacity[i]["capacity_flits_per_s"].as_f64().unwrap_or(0.0);
+        let capacity_ratio = ratio(cap(1), cap(0));
+        println!("  ratio shm/udp: faithful 4-ary 2-tree capacity {capacity_ratio:.2}");
+        let mut fabric = Vec::new();
+        if ethernet {
+            for t in [DataTransport::Udp, DataTransport::Ethernet] {
+                fabric.push(self.fabric_at_on(t, 50_000)?);
+            }
+        }
         Ok(json!({
             "forwarding": rows,
-            "switch_flits_ratio": switch_ratio,
-            "baseline_ratio": base_ratio,
-            "fabric": fabric,
-            "fabric_ratio": fabric_ratio,
+            "bare_udp_forwarder": { "datagrams_per_s": base_udp.datagrams_per_s,
+                "cpu_ns_per_datagram": base_udp.cpu_ns_per_datagram, "datagram_bytes": datagram },
+            "bare_ethernet_forwarder_datagrams_per_s": base_eth.as_ref().map(|e| e.datagrams_per_s),
+            "switch_flits_ratio_shm_udp": shm_vs_udp,
+            "switch_cpu_per_flit_ratio_udp_shm": cpu_udp_vs_shm,
+            "latency": latency,
+            "capacity": capacity,
+            "capacity_ratio_shm_udp": capacity_ratio,
+            "fabric_udp_ethernet": fabric,
+        }))
+    }
+
+    /// The highest aggregate flits/s a 4-ary 2-tree carries over
+    /// `transport` at time dilation 1 while the fidelity verdict says
+    /// faithful: uniform traffic at half the link bandwidth, the link rate
+    /// doubled until a run is no longer faithful. Beside it, the
+    /// simulator's flit-hops/s on the same fabric at the last rate, and
+    /// (shm) a daemon's resident memory with the ring memory apart.
+    fn faithful_capacity(&self, transport: DataTransport) -> Result<Value> {
+        let topo = generators::kary_ntree(4, 2)?;
+        let load = 0.5;
+        let mut best: Option<(u64, f64)> = None;
+        let mut memory = Value::Null;
+        let mut steps = Vec::new();
+        let mut bandwidth = 2_500u64;
+        while bandwidth <= 2_560_000 {
+            let mut params = Self::pair_params(Some(bandwidth));
+            params.buffer_depth = 16;
+            params.propagation_ns = 10_000;
+            params.transport = transport;
+            let tag = format!("cap{bandwidth}-{}", transport.name());
+            let ring_bytes = crate::shmnet::ShmNet::link_file_bytes(&params);
+            let (fabric, took) = self.launch(topo.clone(), params.clone(), &tag)?;
+            let duration = Duration::from_secs(2).max(self.window);
+            let spec = Self::traffic("uniform", load, duration);
+            fabric.start_traffic(&spec)?;
+            std::thread::sleep(duration / 2);
+            let mem: Vec<(bool, [u64; 4])> = fabric
+                .daemons
+                .iter()
+                .map(|d| (matches!(d.node, NodeRef::Switch(_)), memory_kib(d.pid)))
+                .collect();
+            std::thread::sleep(duration - duration / 2);
+            let reports = report::drain(&fabric, Duration::from_secs(5))?;
+            let switches = fabric.switch_reports()?;
+            let fidelity = crate::fidelity::judge(
+                &crate::fidelity::Context {
+                    topo: &topo,
+                    params: &params,
+                    load,
+                    hosts_offering: topo.num_hosts(),
+                    dilation_source: "bench".into(),
+                },
+                &reports,
+                &switches,
+            );
+            let run = RunReport::build(&topo, "auto", &spec, reports, switches, vec![], took);
+            fabric.shutdown()?;
+            let faithful = fidelity.verdict == Some(crate::fidelity::Verdict::Faithful);
+            let verdict = fidelity.verdict.map_or("unknown", |v| v.name());
+            println!(
+                "  ({} links at {bandwidth} flits/s, load {load}: accepted {:.0} flits/s, {verdict})",
+                transport.name(),
+                run.accepted_flits_per_s
+            );
+            steps.push(json!({ "link_flits_per_s": bandwidth,
+                "accepted_flits_per_s": run.accepted_flits_per_s, "verdict": verdict,
+                "reason": fidelity.reason }));
+            if !faithful {
+                break;
+            }
+            if best.is_none_or(|b| run.accepted_flits_per_s > b.1) {
+                best = Some((bandwidth, run.accepted_flits_per_s));
+            }
+            let max = |switch: bool, k: usize| {
+                mem.iter()
+                    .filter(|m| m.0 == switch)
+                    .map(|m| m.1[k])
+                    .max()
+                    .unwrap_or(0)
+            };
+            memory = json!({
+                "switchd_rss_kib_max": max(true, 0), "switchd_rss_anon_kib_max": max(true, 1),
+                "switchd_rss_shmem_kib_max": max(true, 3),
+                "hostd_rss_kib_max": max(false, 0), "hostd_rss_anon_kib_max": max(false, 1),
+                "hostd_rss_shmem_kib_max": max(false, 3),
+                "ring_bytes_per_link": ring_bytes,
+            });
+            bandwidth *= 2;
+        }
+        let (bw, capacity) = best.unwrap_or((0, 0.0));
+        let sim = if bw > 0 {
+            let mut params = Self::pair_params(Some(bw));
+            params.buffer_depth = 16;
+            params.propagation_ns = 10_000;
+            crate::bench_sim::flit_hops_per_s(topo.clone(), params, load, 500_000_000)?
+        } else {
+            0.0
+        };
+        println!(
+            "  {:<8} faithful capacity {:.0} flits/s (links at {bw} flits/s); simulator {:.0} flit-hops/s on the same fabric",
+            transport.name(),
+            capacity,
+            sim
+        );
+        if transport == DataTransport::Shm && !memory.is_null() {
+            println!(
+                "  shm memory: switchd VmRSS {} KiB (private {} KiB, shared-memory pages {} KiB), hostd VmRSS {} KiB (private {} KiB, shared {} KiB); rings {} KiB per link (two rings)",
+                memory["switchd_rss_kib_max"],
+                memory["switchd_rss_anon_kib_max"],
+                memory["switchd_rss_shmem_kib_max"],
+                memory["hostd_rss_kib_max"],
+                memory["hostd_rss_anon_kib_max"],
+                memory["hostd_rss_shmem_kib_max"],
+                memory["ring_bytes_per_link"].as_u64().unwrap_or(0) / 1024
+            );
+        }
+        Ok(json!({
+            "transport": transport.name(),
+            "capacity_flits_per_s": capacity,
+            "link_flits_per_s": bw,
+            "load": load,
+            "simulator_flit_hops_per_s": sim,
+            "steps": steps,
+            "memory": memory,
         }))
     }
 
@@ -838,6 +1055,18 @@ fn rss_kib(pid: u32) -> [u64; 3] {
         proc_kib(&format!("/proc/{pid}/status"), "VmRSS:"),
         proc_kib(&format!("/proc/{pid}/status"), "RssAnon:"),
         proc_kib(&format!("/proc/{pid}/smaps_rollup"), "Pss:"),
+    ]
+}
+
+/// VmRSS, RssAnon, Pss and RssShmem (shared-memory pages mapped: the
+/// shm transport's rings) of a process, in KiB.
+fn memory_kib(pid: u32) -> [u64; 4] {
+    let [rss, anon, pss] = rss_kib(pid);
+    [
+        rss,
+        anon,
+        pss,
+        proc_kib(&format!("/proc/{pid}/status"), "RssShmem:"),
     ]
 }
 

@@ -333,3 +333,49 @@ pub fn run(args: BenchSimArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// The simulator's speed on a fabric: flit hops per second of CPU (wall
+/// time of this one thread), for `topo` under uniform traffic at `load`
+/// with links at `params`' bandwidth, `duration_ns` of emulated time. The
+/// compute limit the live data path is measured against
+/// (`flitctl bench datapath`, transports).
+pub fn flit_hops_per_s(
+    topo: Topology,
+    params: FabricParams,
+    load: f64,
+    duration_ns: u64,
+) -> Result<f64> {
+    let plan = Plan {
+        reconfiguration: Reconfiguration::Live,
+        spec: TrafficSpec {
+            pattern: "uniform".into(),
+            load,
+            message_flits: 8,
+            duration_ns,
+            rounds: 1,
+            seed: 1,
+        },
+        engine: "auto".into(),
+        tables: None,
+        reroute: false,
+        dlr: None,
+        ft2ei: None,
+        intermediate: None,
+        steps: Vec::new(),
+        seed: 1,
+        params,
+        timing: ControllerTiming {
+            settle: Settle {
+                quiet_ns: 50_000,
+                max_ns: 100_000,
+            },
+            install_ns: 100_000,
+        },
+        drain: false,
+        topo,
+    };
+    let sim = Sim::new(&plan, None)?;
+    let started = Instant::now();
+    let out = sim.run(&BTreeSet::new())?;
+    Ok(out.stats.flit_hops as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}

@@ -57,6 +57,9 @@ pub struct ChaosArgs {
     /// time; `auto` calibrates on this machine (docs/fidelity.md).
     #[arg(long, value_name = "N|auto")]
     pub time_dilation: Option<flitnet_runtime::clock::Dilation>,
+    /// What carries the flits, instead of the scenario's `transport`.
+    #[arg(long, value_enum)]
+    pub transport: Option<crate::up::Transport>,
 }
 
 /// Throughput sampling period.
@@ -606,6 +609,9 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     let mut scenario = Scenario::load(&args.scenario)?;
     if let Some(d) = args.time_dilation {
         scenario.file.fabric.time_dilation = crate::scenario::DilationKey(d);
+    }
+    if let Some(t) = args.transport {
+        scenario.file.fabric.transport = t.data();
     }
     let run_dir = RunDirChoice {
         path: args.run_dir.clone(),

@@ -414,6 +414,7 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         opts.seed,
         Some(events_addr),
         None,
+        None,
     )
     .into_iter()
     .zip(&services)
@@ -916,10 +917,12 @@ pub struct ComposeArgs {
 
 /// Generates and writes the bundle; prints what was written.
 pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
-    if args.fabric.transport != crate::up::Transport::Udp {
+    if let Some(t @ (crate::up::Transport::Ethernet | crate::up::Transport::Shm)) =
+        args.fabric.transport
+    {
         anyhow::bail!(
-            "--transport {:?}: compose bundles carry flits over UDP between containers; the ethernet transport runs with `flitctl up --transport ethernet`",
-            args.fabric.transport
+            "--transport {:?}: compose bundles carry flits over UDP between containers (use --transport udp); the ethernet and shm transports run with `flitctl up --transport ethernet|shm`",
+            t
         );
     }
     let topo = crate::topo::load(&args.topology)?;

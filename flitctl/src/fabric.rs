@@ -9,6 +9,7 @@
 use crate::events::Quiesced;
 use crate::netns::{interface_mac, interface_name, EthernetNet};
 use crate::process::ProcessId;
+use crate::shmnet::{bell_path, ring_path, ShmNet};
 use crate::state::{DaemonRecord, FabricState};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{
@@ -90,6 +91,9 @@ pub struct Fabric {
     /// after the daemons when the fabric is dropped (also on a failed
     /// launch).
     net: Option<EthernetNet>,
+    /// Shm transport: the ring files and doorbells, removed after the
+    /// daemons when the fabric is dropped.
+    shm: Option<ShmNet>,
 }
 
 /// How long a read-only request (report, ping, in-flight) waits for its
@@ -300,6 +304,7 @@ pub fn daemon_configs(
     seed: u64,
     events_addr: Option<SocketAddr>,
     netns: Option<&str>,
+    shm_dir: Option<&Path>,
 ) -> Vec<(NodeRef, DaemonConfig)> {
     let addr = |node: NodeRef, port: u16| {
         SocketAddr::V4(SocketAddrV4::new(
@@ -322,6 +327,17 @@ pub fn daemon_configs(
                             &interface_name(node_index(topo, node), p),
                             Some(interface_mac(node_index(topo, peer.node), peer.port)),
                         ),
+                        DataTransport::Shm => {
+                            let dir = shm_dir.expect("a shm fabric has a ring directory");
+                            let link = topo.link_at(here).expect("a cabled port has a link");
+                            let end = u8::from(topo.links[link as usize].a != here);
+                            PortPeer::shm(
+                                p,
+                                &ring_path(dir, link),
+                                end,
+                                &bell_path(dir, node_index(topo, peer.node)),
+                            )
+                        }
                     })
                 })
                 .collect();
@@ -347,8 +363,12 @@ pub fn daemon_configs(
                     .wrapping_add(node_index(topo, node) as u64),
                 events_addr,
                 netns: match params.transport {
-                    DataTransport::Udp => None,
                     DataTransport::Ethernet => netns.map(str::to_string),
+                    _ => None,
+                },
+                doorbell: match params.transport {
+                    DataTransport::Shm => shm_dir.map(|d| bell_path(d, node_index(topo, node))),
+                    _ => None,
                 },
             };
             (node, cfg)
@@ -372,11 +392,15 @@ impl Fabric {
         };
         let token = opts.token.clone();
         let netns = match opts.params.transport {
-            DataTransport::Udp => None,
             DataTransport::Ethernet => Some(match &opts.netns {
                 Some(n) => n.clone(),
                 None => format!("flitnet-{}", &token[..12]),
             }),
+            _ => None,
+        };
+        let shm = match opts.params.transport {
+            DataTransport::Shm => Some(ShmNet::create(&opts.run_dir, &topo, &opts.params)?),
+            _ => None,
         };
         let configs = daemon_configs(
             &topo,
@@ -387,6 +411,7 @@ impl Fabric {
             opts.seed,
             opts.events_addr,
             netns.as_deref(),
+            shm.as_ref().map(|s| s.dir()),
         );
         // Refuse a bad configuration before anything is created.
         for (_, cfg) in &configs {
@@ -404,6 +429,7 @@ impl Fabric {
             run_dir: opts.run_dir.clone(),
             detached: false,
             net,
+            shm,
         };
         stalled().clear();
         // Before the first daemon: a controller killed from here on leaves
@@ -496,6 +522,7 @@ impl Fabric {
             run_dir,
             detached: true,
             net: None,
+            shm: None,
         };
         fabric.wait_ready(ready_timeout)?;
         Ok(fabric)
@@ -583,6 +610,7 @@ impl Fabric {
                 })
                 .collect(),
             netns: self.netns().map(str::to_string),
+            shm_dir: self.shm.as_ref().map(|s| s.dir().to_path_buf()),
             controller: ProcessId::current().ok(),
         };
         crate::rundir::replace(
@@ -837,6 +865,9 @@ impl Fabric {
     /// pulled cable the daemons are not told about: frames on it vanish
     /// and the ends notice by keepalive timeout.
     pub fn set_carrier(&self, link: LinkId, up: bool) -> Result<()> {
+        if let Some(shm) = &self.shm {
+            return shm.set_carrier(link, up);
+        }
         let ns = self
             .netns()
             .context("only an ethernet-transport fabric has cables to pull")?;
@@ -966,6 +997,14 @@ impl Fabric {
         if let Some(net) = self.net.as_mut() {
             net.keep();
         }
+        if let Some(shm) = self.shm.as_mut() {
+            shm.keep();
+        }
+    }
+
+    /// Shm transport: the ring files and doorbells.
+    pub fn shm(&self) -> Option<&ShmNet> {
+        self.shm.as_ref()
     }
 
     /// Ethernet transport: the network namespace holding the veth pairs.
@@ -1135,6 +1174,9 @@ pub fn down(run_dir: &Path) -> Result<Down> {
         if EthernetNet::exists(ns) {
             EthernetNet::delete(ns)?;
         }
+    }
+    if let Some(dir) = &state.shm_dir {
+        ShmNet::remove(dir)?;
     }
     let _ = std::fs::remove_file(run_dir.join(FabricState::FILE));
     Ok(result)

@@ -33,6 +33,7 @@ pub mod rundir;
 pub mod runs;
 pub mod scenario;
 pub mod session;
+pub mod shmnet;
 pub mod sim;
 pub mod spec;
 pub mod stall;

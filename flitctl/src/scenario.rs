@@ -286,8 +286,9 @@ pub struct FabricSection {
     pub delay: Time,
     pub dead_after: Time,
     pub max_packet_flits: u32,
-    /// `udp` (default) or `ethernet` (veth pairs in a network namespace
-    /// made for the run; needs root, docs/wire.md "Transports").
+    /// `shm` (default: shared-memory rings), `udp` or `ethernet` (veth
+    /// pairs in a network namespace made for the run; needs root,
+    /// docs/wire.md "Transports").
     pub transport: DataTransport,
     /// How long a link stays down after a link error before it retrains
     /// (0 = no link error recovery; docs/wire.md).

@@ -19,6 +19,9 @@ pub struct FabricState {
     /// Ethernet transport: the fabric's network namespace.
     #[serde(default)]
     pub netns: Option<String>,
+    /// Shm transport: the directory of the fabric's ring files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_dir: Option<std::path::PathBuf>,
     /// The flitctl process running the fabric.
     #[serde(default)]
     pub controller: Option<ProcessId>,

@@ -59,11 +59,13 @@ pub struct FabricArgs {
     /// sbrp2 (docs/sbrp.md).
     #[arg(long, default_value = "none", value_parser = parse_recovery)]
     pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
-    /// What carries the flits between daemons: `udp` on loopback, or
+    /// What carries the flits between daemons: `udp` on loopback,
     /// `ethernet`: raw Ethernet frames over one veth pair per link, in a
-    /// network namespace made for the run (needs root; docs/wire.md).
-    #[arg(long, value_enum, default_value_t = Transport::Udp)]
-    pub transport: Transport,
+    /// network namespace made for the run (needs root), or `shm`:
+    /// shared-memory rings between the daemons (docs/wire.md). Default:
+    /// shm (compose: udp).
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
     /// Ethernet transport: name of the network namespace to create (it
     /// must not exist; deleted when the run ends). Default: flitnet-<random>.
     #[arg(long, value_name = "NAME")]
@@ -141,6 +143,19 @@ pub fn needs_hoq_lifetime(
 pub enum Transport {
     Udp,
     Ethernet,
+    /// Shared-memory rings between the daemons (docs/wire.md,
+    /// "Shared-memory transport").
+    Shm,
+}
+
+impl Transport {
+    pub fn data(self) -> DataTransport {
+        match self {
+            Transport::Udp => DataTransport::Udp,
+            Transport::Ethernet => DataTransport::Ethernet,
+            Transport::Shm => DataTransport::Shm,
+        }
+    }
 }
 
 fn parse_recovery(s: &str) -> Result<flitnet_core::host::sbrp::RecoveryProtocol, String> {
@@ -169,10 +184,7 @@ impl FabricArgs {
             dead_after: self.dead_after,
             max_packet_flits: self.max_packet_flits,
             recovery_protocol: self.recovery_protocol,
-            transport: match self.transport {
-                Transport::Udp => DataTransport::Udp,
-                Transport::Ethernet => DataTransport::Ethernet,
-            },
+            transport: self.transport().data(),
             link_retrain: self.link_retrain,
             hoq_lifetime: self.hoq_lifetime,
             switch_latency: self.switch_latency,
@@ -191,9 +203,14 @@ impl FabricArgs {
         self.spec().params_for(engine)
     }
 
+    /// What carries the flits: `--transport`, shm by default.
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or(Transport::Shm)
+    }
+
     /// The `--netns` name, checked; refused without `--transport ethernet`.
     pub fn netns(&self) -> Result<Option<String>> {
-        match (&self.netns, self.transport) {
+        match (&self.netns, self.transport()) {
             (None, _) => Ok(None),
             (Some(n), Transport::Ethernet) => {
                 crate::netns::check_name(n)?;
@@ -202,7 +219,7 @@ impl FabricArgs {
                 }
                 Ok(Some(n.clone()))
             }
-            (Some(n), Transport::Udp) => {
+            (Some(n), Transport::Udp | Transport::Shm) => {
                 bail!("--netns {n}: a network namespace is only made for --transport ethernet")
             }
         }
@@ -231,7 +248,8 @@ pub struct UpArgs {
     pub kill_link: Vec<String>,
     /// How `--kill-link` kills: `admin` tells both ends' daemons to take
     /// the port down (they know at once); `carrier` sets both veth ends
-    /// down (`ip link set down`, ethernet transport only): frames vanish
+    /// down (`ip link set down`, ethernet transport) or marks both rings
+    /// of the link down (shm transport): frames vanish
     /// and the daemons must notice by themselves (keepalive timeout).
     #[arg(long, value_enum, default_value_t = KillBy::Admin)]
     pub kill_by: KillBy,
@@ -540,8 +558,8 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         withhold,
     } = UpFaults::of(args, &topo)?;
     let kill_switch = kill_switches.first().copied();
-    if args.kill_by == KillBy::Carrier && args.fabric.transport != Transport::Ethernet {
-        bail!("--kill-by carrier pulls a veth cable: it needs --transport ethernet");
+    if args.kill_by == KillBy::Carrier && args.fabric.transport() == Transport::Udp {
+        bail!("--kill-by carrier pulls a cable (a veth pair's carrier, a ring's): it needs --transport ethernet or shm");
     }
     let inodes = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
     if inodes.is_some() && args.tables.is_some() {

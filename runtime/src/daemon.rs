@@ -3,6 +3,7 @@
 
 use crate::control::{self, ControlInbox};
 use crate::ethernet::EthernetTransport;
+use crate::shm::ShmTransport;
 use crate::telemetry;
 use crate::transport::{Transport, UdpTransport};
 use anyhow::{Context, Result};
@@ -64,6 +65,21 @@ pub fn start(path: &Path) -> Result<Daemon> {
                     )
                 })?,
         ),
+        DataTransport::Shm => {
+            let bell = config
+                .doorbell
+                .as_deref()
+                .context("the shm transport needs a doorbell")?;
+            Transport::Shm(
+                ShmTransport::open(&config.ports, bell, config.fabric.mtu).with_context(|| {
+                    format!(
+                        "{}: {}: attaching the shared-memory rings",
+                        path.display(),
+                        config.name
+                    )
+                })?,
+            )
+        }
     };
     let inbox = control::spawn(config.control_addr, config.token.clone())?;
     match &transport {
@@ -72,6 +88,10 @@ pub fn start(path: &Path) -> Result<Daemon> {
         }
         Transport::Ethernet(t) => {
             tracing::info!(name = %config.name, netns = ?config.netns, interfaces = ?t.interfaces(), control = %inbox.local_addr, "daemon started")
+        }
+        Transport::Shm(t) => {
+            let ring_bytes: usize = t.ring_files().map(|(_, _, b)| b).sum();
+            tracing::info!(name = %config.name, doorbell = ?config.doorbell, ring_bytes, control = %inbox.local_addr, "daemon started")
         }
     }
     Ok(Daemon {

@@ -2,7 +2,7 @@
 //!
 //! A daemon is a sans-IO state machine from `flitnet-core` wrapped in a
 //! [`Daemon`] (a core [`Node`] that also takes control requests), driven by [`event_loop::run`]: one thread that owns the data
-//! sockets (UDP, or raw Ethernet per [`transport::Transport`]) and the timers (`ppoll(2)` with nanosecond timeouts, because
+//! sockets (UDP, raw Ethernet or shared-memory rings per [`transport::Transport`]) and the timers (`ppoll(2)` with nanosecond timeouts, because
 //! emulated links pace flits at microsecond scale and tokio's timer wheel
 //! ticks in milliseconds), plus a control thread that accepts the
 //! controller's requests and hands them to the loop.
@@ -14,6 +14,7 @@ pub mod ethernet;
 pub mod event_loop;
 pub mod events;
 pub mod resolve;
+pub mod shm;
 pub mod telemetry;
 pub mod transport;
 

@@ -41,6 +41,7 @@ pub use flitnet_core::control::TransportCounters;
 pub enum Transport {
     Udp(UdpTransport),
     Ethernet(crate::ethernet::EthernetTransport),
+    Shm(crate::shm::ShmTransport),
 }
 
 impl Transport {
@@ -49,6 +50,30 @@ impl Transport {
         match self {
             Transport::Udp(t) => t.raw_fd(),
             Transport::Ethernet(t) => t.raw_fd(),
+            Transport::Shm(t) => t.raw_fd(),
+        }
+    }
+
+    /// Whether the loop must look for input on every round, not only when
+    /// its descriptor is readable (shared-memory rings fill without a
+    /// wake-up while the loop is awake).
+    pub fn polls_always(&self) -> bool {
+        matches!(self, Transport::Shm(_))
+    }
+
+    /// Before the loop sleeps: true when input arrived meanwhile (shm: the
+    /// neighbours are asked to ring the doorbell from now on).
+    pub fn prepare_sleep(&mut self) -> bool {
+        match self {
+            Transport::Shm(t) => t.prepare_sleep(),
+            _ => false,
+        }
+    }
+
+    /// After the loop's sleep; `readable` says the descriptor was.
+    pub fn woke(&mut self, readable: bool) {
+        if let Transport::Shm(t) = self {
+            t.woke(readable)
         }
     }
 
@@ -56,6 +81,7 @@ impl Transport {
         match self {
             Transport::Udp(t) => t.recv_batch(max, deliver),
             Transport::Ethernet(t) => t.recv_batch(max, deliver),
+            Transport::Shm(t) => t.recv_batch(max, deliver),
         }
     }
 
@@ -63,6 +89,7 @@ impl Transport {
         match self {
             Transport::Udp(t) => t.send_batch(ports, data),
             Transport::Ethernet(t) => t.send_batch(ports, data),
+            Transport::Shm(t) => t.send_batch(ports, data),
         }
     }
 
@@ -70,6 +97,7 @@ impl Transport {
         match self {
             Transport::Udp(t) => &t.counters,
             Transport::Ethernet(t) => &t.counters,
+            Transport::Shm(t) => &t.counters,
         }
     }
 }

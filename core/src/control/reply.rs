@@ -72,6 +72,13 @@ pub struct TransportCounters {
     /// Ethernet: datagrams longer than the port interface's MTU carries,
     /// refused instead of sent.
     pub oversized: u64,
+    /// Shm: datagrams lost because the peer's ring was full (a dead or
+    /// stalled consumer).
+    #[serde(default)]
+    pub ring_full: u64,
+    /// Shm: rings found with an index or record out of bounds, refused.
+    #[serde(default)]
+    pub ring_corrupt: u64,
 }
 
 /// The event loop's own figures, added by the runtime to every report.

@@ -178,7 +178,7 @@ fn refuse_live_only(a: &UpArgs) -> Result<()> {
             "a run directory holds processes' configs and logs (--events FILE writes the event log)",
         )?;
     }
-    if a.fabric.transport == Transport::Ethernet || a.fabric.netns.is_some() {
+    if a.fabric.transport == Some(Transport::Ethernet) || a.fabric.netns.is_some() {
         why(
             "--transport ethernet/--netns",
             "the transport carries datagrams between processes",
