@@ -248,6 +248,57 @@ pub struct Switch {
     /// Earliest time a flit held back by the traversal latency or the
     /// crossbar may move (found by the last allocation pass).
     xbar_wake_at: Option<u64>,
+    /// Which ports have work, so that a call costs what the ports it
+    /// touches cost, not the radix ([`PortIndex`]).
+    idx: PortIndex,
+}
+
+/// The switch's index of its ports' work: each link's deadline as of when
+/// it last had nothing to send, and which links changed since. A port
+/// whose link is unchanged and not due is skipped by `poll_transmit` and
+/// `handle_timeout`: the calls it skips would have found nothing to do,
+/// and the little they would have changed (the link's clock, an idle
+/// wire's earliest start) is applied when the port is next touched
+/// ([`Link::catch_up`]), so that every port behaves exactly as if every
+/// call had visited it.
+#[derive(Debug)]
+struct PortIndex {
+    /// Per port: `Link::poll_timeout` when the link last settled (a
+    /// `poll_transmit` found nothing to send); `u64::MAX` for none.
+    due: Vec<u64>,
+    /// Per port: the link changed since it last settled (it must be
+    /// polled, and its `due` is stale).
+    dirty: Vec<bool>,
+    /// Per port: the link changed since its counters were last copied.
+    unsynced: Vec<bool>,
+    /// Per port: a credit stall was running when its counters were last
+    /// copied (its stall time grows with the clock).
+    stalled: Vec<bool>,
+    /// Per port: the last transmit sweep that visited it (skipped it),
+    /// beyond `swept_at` (a sweep the owner stopped early).
+    polled_at: Vec<u64>,
+    /// Per port: the sweep time whose effects its link has had.
+    caught: Vec<u64>,
+    /// The last transmit sweep that visited every port (`poll_transmit`
+    /// returned `None`).
+    swept_at: u64,
+    /// The last `handle_timeout`.
+    timed_at: u64,
+}
+
+impl PortIndex {
+    fn new(radix: usize) -> Self {
+        PortIndex {
+            due: vec![0; radix],
+            dirty: vec![true; radix],
+            unsynced: vec![true; radix],
+            stalled: vec![false; radix],
+            polled_at: vec![0; radix],
+            caught: vec![0; radix],
+            swept_at: 0,
+            timed_at: 0,
+        }
+    }
 }
 
 impl Switch {
@@ -309,6 +360,7 @@ impl Switch {
             out_free_at: vec![0; cfg.radix],
             xbar_step_ns,
             xbar_wake_at: None,
+            idx: PortIndex::new(cfg.radix),
             cfg,
         })
     }
@@ -429,7 +481,7 @@ impl Switch {
         if self.ports[p].link.is_admin_up() == up {
             return Ok(());
         }
-        self.ports[p].link.set_admin_up(up);
+        self.link_mut(p).set_admin_up(up);
         if up {
             self.ports[p].failed = false;
             self.each_hook(|h, sw| h.on_routes_changed(sw));
@@ -446,7 +498,7 @@ impl Switch {
     /// its peer ([`Link::set_credits_withheld`]).
     pub fn set_credits_withheld(&mut self, port: PortNo, on: bool) -> Result<(), SwitchError> {
         let p = self.check_port(port)?;
-        self.ports[p].link.set_credits_withheld(on);
+        self.link_mut(p).set_credits_withheld(on);
         Ok(())
     }
 
@@ -476,7 +528,7 @@ impl Switch {
     ) -> Result<(), SwitchError> {
         let p = self.check_port(port)?;
         self.now = self.now.max(now);
-        let r = self.ports[p].link.handle_datagram(now, data);
+        let r = self.link_mut(p).handle_datagram(now, data);
         if let Err(source) = r {
             self.count_drop(p, 0, DropReason::BadDatagram, 1, 0);
             // The link may have declared a link error and gone down.
@@ -501,38 +553,101 @@ impl Switch {
 
     /// Timer processing for every port (propagation, liveness), then
     /// forwarding of whatever became possible.
+    ///
+    /// Only ports with something due, or changed since they last settled,
+    /// are visited in full; the others would only have moved their clocks
+    /// ([`Link::catch_up`] does that when they are next touched), except
+    /// that a port's counters are copied again if they changed or a credit
+    /// stall keeps growing.
     pub fn handle_timeout(&mut self, now: u64) {
         self.now = self.now.max(now);
+        self.idx.timed_at = self.idx.timed_at.max(now);
         for p in 0..self.ports.len() {
-            self.ports[p].link.handle_timeout(now);
-            self.service_port(p);
+            let idx = &self.idx;
+            if idx.dirty[p] || idx.due[p] <= now || idx.unsynced[p] || idx.stalled[p] {
+                self.link_mut(p).handle_timeout(now);
+                self.service_port(p);
+            }
         }
         self.pump();
+    }
+
+    /// Port `p`'s link, to act on it: first what the calls that skipped
+    /// it would have done ([`Switch::catch_up`]); then it is marked
+    /// changed (polled at the next transmit sweep, its counters copied at
+    /// the next timeout).
+    fn link_mut(&mut self, p: usize) -> &mut Link {
+        self.catch_up(p);
+        self.idx.dirty[p] = true;
+        self.idx.unsynced[p] = true;
+        &mut self.ports[p].link
+    }
+
+    /// Applies to port `p`'s link what the `poll_transmit` and
+    /// `handle_timeout` calls that skipped it since it was last touched
+    /// would have done.
+    fn catch_up(&mut self, p: usize) {
+        let idx = &mut self.idx;
+        let polled = idx.swept_at.max(idx.polled_at[p]);
+        let skipped = (polled > idx.caught[p]).then_some(polled);
+        idx.caught[p] = idx.caught[p].max(polled);
+        let now = polled.max(idx.timed_at);
+        self.ports[p].link.catch_up(now, skipped);
     }
 
     /// Writes the next datagram for some port into `out` and returns the
     /// port, or `None` when no port has anything to send. Ports are served
     /// round-robin; call until `None`.
+    ///
+    /// A port whose link is unchanged since it last had nothing to send
+    /// and has nothing due is skipped: it would send nothing
+    /// ([`PortIndex`]).
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
         self.now = self.now.max(now);
         let n = self.ports.len();
+        let start = self.next_tx_port;
         for k in 0..n {
-            let p = (self.next_tx_port + k) % n;
-            if self.ports[p].link.poll_transmit(now, out) {
+            let p = if start + k < n { start + k } else { start + k - n };
+            if !(self.idx.dirty[p] || self.idx.due[p] <= now) {
+                continue;
+            }
+            let sent = self.link_mut(p).poll_transmit(now, out);
+            self.idx.caught[p] = self.idx.caught[p].max(now);
+            if sent {
                 self.next_tx_port = (p + 1) % n;
                 self.sync_port_counters(p);
+                // The ports before it were visited at `now` too.
+                for j in 0..k {
+                    let q = if start + j < n { start + j } else { start + j - n };
+                    let at = &mut self.idx.polled_at[q];
+                    *at = (*at).max(now);
+                }
                 return Some(p as PortNo);
             }
+            // Settled: nothing to send until its deadline or a change.
+            self.idx.dirty[p] = false;
+            self.idx.due[p] = self.ports[p].link.poll_timeout().unwrap_or(u64::MAX);
         }
+        self.idx.swept_at = self.idx.swept_at.max(now);
         None
     }
 
     /// Earliest time any port needs `handle_timeout` or `poll_transmit`,
     /// or a waiting head's lifetime runs out.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.ports
-            .iter()
-            .filter_map(|p| p.link.poll_timeout())
+        let idx = &self.idx;
+        let mut t = u64::MAX;
+        for (p, (&due, &dirty)) in idx.due.iter().zip(&idx.dirty).enumerate() {
+            let d = if dirty {
+                self.ports[p].link.poll_timeout().unwrap_or(u64::MAX)
+            } else {
+                due
+            };
+            t = t.min(d);
+        }
+        (t != u64::MAX)
+            .then_some(t)
+            .into_iter()
             .chain(self.hooks.iter().filter_map(|h| h.hook.poll_timeout()))
             .chain(self.xbar_wake_at)
             .min()
@@ -606,6 +721,8 @@ impl Switch {
         for (vc, v) in c.vcs.iter_mut().enumerate() {
             v.credit_stall_ns = link.credit_stall_ns(vc as u8);
         }
+        self.idx.unsynced[p] = false;
+        self.idx.stalled[p] = link.is_stalled();
     }
 
     /// The port died or was set down: packets bound for it are dropped from
@@ -614,7 +731,7 @@ impl Switch {
         let newly = !self.ports[p].failed;
         self.ports[p].failed = true;
         self.each_hook(|h, sw| h.on_port_failed(sw, p, newly));
-        let discarded = self.ports[p].link.discard_queued();
+        let discarded = self.link_mut(p).discard_queued();
         if discarded > 0 {
             self.counters.drops.port_down += discarded as u64;
         }
@@ -669,7 +786,7 @@ impl Switch {
             return Some(f);
         }
         // Cannot fail: the flit was delivered by this link and not yet released.
-        let released = self.ports[p].link.release(vc as u8, 1);
+        let released = self.link_mut(p).release(vc as u8, 1);
         debug_assert!(released.is_ok(), "{released:?}");
         self.counters.ports[p].vcs[vc].occupancy = self.inputs[i].len() as u32;
         Some(f)
@@ -879,7 +996,7 @@ impl Switch {
                     match self.wait_clock(i, decision) {
                         Decision::Wait { on_credits } => {
                             if let Some((out, out_vc)) = on_credits {
-                                self.ports[out].link.note_stalled(out_vc);
+                                self.note_stalled(out, out_vc);
                             }
                             return None;
                         }
@@ -1070,9 +1187,17 @@ impl Switch {
                 self.alloc.request(out as u16, i as u32);
                 requested.push(i as u32);
             } else {
-                self.ports[out].link.note_stalled(out_vc);
+                self.note_stalled(out, out_vc);
             }
         }
+    }
+
+    /// Starts the credit-stall clock of output `out`, VC `vc` (its
+    /// counters change; its transmission does not).
+    fn note_stalled(&mut self, out: usize, vc: u8) {
+        self.catch_up(out);
+        self.idx.unsynced[out] = true;
+        self.ports[out].link.note_stalled(vc);
     }
 
     /// Notes that a flit held back by timing may move at `at`.
@@ -1132,7 +1257,7 @@ impl Switch {
         for free in [&mut self.in_free_at[i / vcs], &mut self.out_free_at[out]] {
             *free = (*free).max(crossed) + self.xbar_step_ns;
         }
-        match self.ports[out].link.send_at(crossed, f) {
+        match self.link_mut(out).send_at(crossed, f) {
             Ok(()) => {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;
