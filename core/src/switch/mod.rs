@@ -251,6 +251,11 @@ pub struct Switch {
     /// Which ports have work, so that a call costs what the ports it
     /// touches cost, not the radix ([`PortIndex`]).
     idx: PortIndex,
+    /// Input VCs an allocation pass must examine, one bit each: those
+    /// holding flits or a packet's output VC (an empty idle or dropping
+    /// VC has nothing to settle). Set when a flit is buffered, cleared by
+    /// the pass that finds the VC empty and without a packet.
+    live: Vec<u64>,
 }
 
 /// The switch's index of its ports' work: each link's deadline as of when
@@ -361,6 +366,7 @@ impl Switch {
             xbar_step_ns,
             xbar_wake_at: None,
             idx: PortIndex::new(cfg.radix),
+            live: vec![0; ((cfg.radix + 1) * vcs).div_ceil(64)],
             cfg,
         })
     }
@@ -431,6 +437,7 @@ impl Switch {
         };
         self.inputs[l].buf.push_back(f);
         self.inputs[l].synthetic_tail = true;
+        self.mark_live(l);
         true
     }
 
@@ -564,9 +571,19 @@ impl Switch {
         self.idx.timed_at = self.idx.timed_at.max(now);
         for p in 0..self.ports.len() {
             let idx = &self.idx;
-            if idx.dirty[p] || idx.due[p] <= now || idx.unsynced[p] || idx.stalled[p] {
+            let due = if idx.dirty[p] {
+                self.ports[p].link.poll_timeout().unwrap_or(u64::MAX)
+            } else {
+                idx.due[p]
+            };
+            if due <= now {
                 self.link_mut(p).handle_timeout(now);
                 self.service_port(p);
+            } else if idx.unsynced[p] || idx.stalled[p] {
+                // Nothing due: the call would only move the clock, and
+                // copy counters that changed or a stall that grows.
+                self.catch_up(p);
+                self.sync_port_counters(p);
             }
         }
         self.pump();
@@ -574,12 +591,13 @@ impl Switch {
 
     /// Port `p`'s link, to act on it: first what the calls that skipped
     /// it would have done ([`Switch::catch_up`]); then it is marked
-    /// changed (polled at the next transmit sweep, its counters copied at
-    /// the next timeout).
+    /// changed (polled at the next transmit sweep). Its counters are
+    /// copied where they change: after a datagram or a timeout
+    /// (`service_port`), after a datagram sent, and at the next timeout
+    /// after a retrain ended without one (`unsynced`).
     fn link_mut(&mut self, p: usize) -> &mut Link {
         self.catch_up(p);
         self.idx.dirty[p] = true;
-        self.idx.unsynced[p] = true;
         &mut self.ports[p].link
     }
 
@@ -611,8 +629,12 @@ impl Switch {
             if !(self.idx.dirty[p] || self.idx.due[p] <= now) {
                 continue;
             }
+            let retrains = self.ports[p].link.stats().retrains;
             let sent = self.link_mut(p).poll_transmit(now, out);
             self.idx.caught[p] = self.idx.caught[p].max(now);
+            if self.ports[p].link.stats().retrains != retrains {
+                self.idx.unsynced[p] = true;
+            }
             if sent {
                 self.next_tx_port = (p + 1) % n;
                 self.sync_port_counters(p);
@@ -694,6 +716,7 @@ impl Switch {
             c.rx_payload_bytes += f.payload.len() as u64;
             let ivc = &mut self.inputs[p * vcs + vc];
             ivc.push(f, at);
+            self.live[(p * vcs + vc) / 64] |= 1 << ((p * vcs + vc) % 64);
             c.occupancy = ivc.len() as u32;
             c.max_occupancy = c.max_occupancy.max(c.occupancy);
         }
@@ -1113,14 +1136,17 @@ impl Switch {
                 let l = self.local_input();
                 let ctrl_first = self.hooks.iter().any(|h| h.hook.local_input_first());
                 if ctrl_first {
-                    for i in l..self.inputs.len() {
-                        self.examine(i, &mut next);
+                    let mut at = l;
+                    while let Some(i) = self.next_live(at) {
+                        self.examine_live(i, &mut next);
+                        at = i + 1;
                     }
                 }
-                for i in 0..self.inputs.len() {
-                    if !(ctrl_first && i >= l) {
-                        self.examine(i, &mut next);
-                    }
+                let end = if ctrl_first { l } else { self.inputs.len() };
+                let mut at = 0;
+                while let Some(i) = self.next_live(at).filter(|&i| i < end) {
+                    self.examine_live(i, &mut next);
+                    at = i + 1;
                 }
             } else {
                 for &i in &requesters {
@@ -1140,6 +1166,42 @@ impl Switch {
         self.grants = grants;
         self.requesters = requesters;
         self.next_requesters = next;
+    }
+
+    /// Marks input VC `i` for the next allocation pass.
+    fn mark_live(&mut self, i: usize) {
+        self.live[i / 64] |= 1 << (i % 64);
+    }
+
+    /// The first input VC from `from` on that a pass must examine, read
+    /// afresh (examining one VC may give another flits).
+    fn next_live(&self, from: usize) -> Option<usize> {
+        let mut w = from / 64;
+        if w >= self.live.len() {
+            return None;
+        }
+        let mut bits = self.live[w] & (!0u64 << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            if w >= self.live.len() {
+                return None;
+            }
+            bits = self.live[w];
+        }
+    }
+
+    /// [`Switch::examine`] of a VC of the live set, which leaves the set
+    /// once it holds nothing and no packet (examining it again would do
+    /// nothing until a flit arrives).
+    fn examine_live(&mut self, i: usize, requested: &mut Vec<u32>) {
+        self.examine(i, requested);
+        let vc = &self.inputs[i];
+        if vc.is_empty() && !matches!(vc.state, InState::Active { .. }) {
+            self.live[i / 64] &= !(1 << (i % 64));
+        }
     }
 
     /// Settles input VC `i` and, if its front flit can go, files its
@@ -1196,8 +1258,8 @@ impl Switch {
     /// counters change; its transmission does not).
     fn note_stalled(&mut self, out: usize, vc: u8) {
         self.catch_up(out);
-        self.idx.unsynced[out] = true;
         self.ports[out].link.note_stalled(vc);
+        self.idx.stalled[out] = true;
     }
 
     /// Notes that a flit held back by timing may move at `at`.
