@@ -256,6 +256,11 @@ pub struct Switch {
     /// VC has nothing to settle). Set when a flit is buffered, cleared by
     /// the pass that finds the VC empty and without a packet.
     live: Vec<u64>,
+    /// Per input VC: when its front flit's traversal latency ends, if an
+    /// allocation pass found it held back by it (0 otherwise). Until then
+    /// examining it would only note that time again, so a pass skips it;
+    /// popping its front forgets the time.
+    held: Vec<u64>,
 }
 
 /// The switch's index of its ports' work: each link's deadline as of when
@@ -367,6 +372,7 @@ impl Switch {
             xbar_wake_at: None,
             idx: PortIndex::new(cfg.radix),
             live: vec![0; ((cfg.radix + 1) * vcs).div_ceil(64)],
+            held: vec![0; (cfg.radix + 1) * vcs],
             cfg,
         })
     }
@@ -798,6 +804,7 @@ impl Switch {
         let vcs = self.cfg.vcs as usize;
         let (p, vc) = (i / vcs, i % vcs);
         let f = self.inputs[i].buf.pop_front()?;
+        self.held[i] = 0;
         if self.inputs[i].synthetic_tail {
             // Made here (always pushed into an empty buffer, so it is the
             // front): no link slot to free.
@@ -1197,6 +1204,11 @@ impl Switch {
     /// once it holds nothing and no packet (examining it again would do
     /// nothing until a flit arrives).
     fn examine_live(&mut self, i: usize, requested: &mut Vec<u32>) {
+        let held = self.held[i];
+        if held > self.now {
+            self.wake_xbar_at(held);
+            return;
+        }
         self.examine(i, requested);
         let vc = &self.inputs[i];
         if vc.is_empty() && !matches!(vc.state, InState::Active { .. }) {
@@ -1234,6 +1246,7 @@ impl Switch {
         if let Some(at) = self.inputs[i].front_arrival() {
             let ready = at.saturating_add(self.cfg.timing.traversal_ns);
             if ready > self.now {
+                self.held[i] = ready;
                 self.wake_xbar_at(ready);
                 return;
             }
