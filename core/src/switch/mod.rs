@@ -681,6 +681,19 @@ impl Switch {
             .min()
     }
 
+    /// [`Switch::poll_timeout`] asked of every link, without the port
+    /// index (what the index must agree with, up to deadlines already
+    /// past).
+    #[cfg(test)]
+    pub(crate) fn poll_timeout_of_every_link(&self) -> Option<u64> {
+        self.ports
+            .iter()
+            .filter_map(|p| p.link.poll_timeout())
+            .chain(self.hooks.iter().filter_map(|h| h.hook.poll_timeout()))
+            .chain(self.xbar_wake_at)
+            .min()
+    }
+
     /// Link events and newly visible flits of one port.
     fn service_port(&mut self, p: usize) {
         while let Some(e) = self.ports[p].link.poll_event() {
