@@ -631,7 +631,11 @@ impl Switch {
         let n = self.ports.len();
         let start = self.next_tx_port;
         for k in 0..n {
-            let p = if start + k < n { start + k } else { start + k - n };
+            let p = if start + k < n {
+                start + k
+            } else {
+                start + k - n
+            };
             if !(self.idx.dirty[p] || self.idx.due[p] <= now) {
                 continue;
             }
@@ -646,7 +650,11 @@ impl Switch {
                 self.sync_port_counters(p);
                 // The ports before it were visited at `now` too.
                 for j in 0..k {
-                    let q = if start + j < n { start + j } else { start + j - n };
+                    let q = if start + j < n {
+                        start + j
+                    } else {
+                        start + j - n
+                    };
                     let at = &mut self.idx.polled_at[q];
                     *at = (*at).max(now);
                 }
