@@ -780,6 +780,28 @@ impl Link {
         }
     }
 
+    /// Whether a credit stall is running on some VC (its
+    /// [`Link::credit_stall_ns`] grows with the clock).
+    pub fn is_stalled(&self) -> bool {
+        self.tx.iter().any(|t| t.stall_since.is_some())
+    }
+
+    /// For an owner that skipped calls on this link while it had nothing
+    /// due ([`Link::poll_timeout`] later than each) and was not otherwise
+    /// changed: does what they would have done. `now` is the latest time
+    /// they passed; `polled`, the latest skipped `poll_transmit` not yet
+    /// caught up. Such calls only move the clock, and a `poll_transmit`
+    /// finds the wire idle at its time when no flit could leave.
+    pub fn catch_up(&mut self, now: u64, polled: Option<u64>) {
+        self.advance(now);
+        if let Some(t) = polled {
+            let blocked = self.retrain_until.is_some() || !self.data_ok();
+            if self.admin_up && (blocked || self.tx_queue.is_empty()) {
+                self.idle_wire(t);
+            }
+        }
+    }
+
     /// Credit-stall time of `vc` including a stall still in progress.
     pub fn credit_stall_ns(&self, vc: u8) -> u64 {
         let done = self

@@ -1176,6 +1176,57 @@ mod tests {
         all_to_all(hypercube(4).unwrap(), 3, 1);
     }
 
+    /// The switches' port index (only ports with work are visited) gives
+    /// every switch the deadline its links give when each is asked, after
+    /// every event of a loaded fabric with paced links, a traversal
+    /// latency and a link that goes down and comes back.
+    #[test]
+    fn the_port_index_keeps_every_switchs_deadline_exact() {
+        let topo = kary_ntree(4, 2).unwrap();
+        let tables = shortest_path_lfts(&topo);
+        let mut host = host_template(TrafficPattern::AllToAll { rounds: 20 }, 2, 7);
+        host.link.bandwidth_flits_per_s = Some(1_000_000);
+        host.link.propagation_ns = 3_000;
+        let cfg = SimConfig {
+            host,
+            switching: Switching::Wormhole,
+            switch_timing: SwitchTiming {
+                traversal_ns: 4_000,
+                crossbar_speedup: 1,
+            },
+            wire_ns: 500,
+        };
+        let mut f = build_fabric(topo, &tables, &cfg).unwrap();
+        f.start(0);
+        let mut checked = 0u64;
+        let mut check = |f: &mut Fabric<Switch>, i: usize| {
+            let h = f.hosts.len();
+            if i < h {
+                return;
+            }
+            let now = f.now();
+            let sw = &f.switches[i - h];
+            let indexed = sw.poll_timeout().map(|t| t.max(now));
+            let asked = sw.poll_timeout_of_every_link().map(|t| t.max(now));
+            assert_eq!(indexed, asked, "switch {} at {now}", i - h);
+            checked += 1;
+        };
+        f.run_until_observed(2_000_000, &mut check);
+        let _ = f.switches[0].set_port_admin(4, false);
+        f.touch(NodeRef::Switch(0));
+        f.run_until_observed(4_000_000, &mut check);
+        let _ = f.switches[0].set_port_admin(4, true);
+        f.touch(NodeRef::Switch(0));
+        f.run_until_observed(30_000_000, &mut check);
+        assert!(checked > 10_000, "{checked} events checked");
+        let delivered: u64 = f
+            .hosts
+            .iter()
+            .map(|h| h.report().sink.delivered_messages)
+            .sum();
+        assert!(delivered > 1_000, "{delivered}");
+    }
+
     #[test]
     fn same_seed_same_traces_other_seed_other_traces() {
         let topo = mesh_or_torus(&[3, 3], false).unwrap();

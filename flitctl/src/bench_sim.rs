@@ -2,8 +2,10 @@
 //! size — flit hops and events per second of wall time, peak memory —
 //! with the event queue the simulator uses (a timing wheel) beside the
 //! binary heap it replaced, measured in the same run on the same workload
-//! (the ratio is what to compare across machines). Each workload runs in a
-//! child process of its own, so that its peak resident set is its own.
+//! (the ratio is what to compare across machines), or beside another
+//! build of `flitctl` (`--baseline-bin`: an older simulator on the same
+//! workloads). Each workload runs in a child process of its own, so that
+//! its peak resident set is its own.
 
 use crate::controller::decide::Settle;
 use crate::events::ControllerEvent;
@@ -23,9 +25,16 @@ pub struct BenchSimArgs {
     /// Workloads to run (default: all): kary-4-2, kary-8-3, pgft-8640.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Skip the binary-heap baseline (it doubles the time).
+    /// Skip the baseline (it doubles the time).
     #[arg(long)]
     pub no_baseline: bool,
+    /// The baseline is this `flitctl` (another build, e.g. the previous
+    /// commit's) running the same workloads with its timing wheel,
+    /// instead of this build's binary-heap queue. Both must give the same
+    /// results unless the simulation itself changed (then the digests
+    /// differ and the bench says so).
+    #[arg(long, value_name = "FLITCTL")]
+    pub baseline_bin: Option<std::path::PathBuf>,
     #[arg(long)]
     pub json: bool,
     /// Run one workload with one queue in this process and print its
@@ -218,8 +227,7 @@ fn run_one(w: &Workload, queue: Queue) -> Result<Figures> {
     })
 }
 
-fn child(name: &str, queue: Queue) -> Result<Figures> {
-    let exe = std::env::current_exe()?;
+fn child(exe: &std::path::Path, name: &str, queue: Queue) -> Result<Figures> {
     let q = match queue {
         Queue::Wheel => "wheel",
         Queue::Heap => "heap",
@@ -227,7 +235,7 @@ fn child(name: &str, queue: Queue) -> Result<Figures> {
     let out = std::process::Command::new(exe)
         .args(["bench", "sim", "--one", name, "--queue", q])
         .output()
-        .context("starting the bench child")?;
+        .with_context(|| format!("starting the bench child {}", exe.display()))?;
     if !out.status.success() {
         bail!(
             "{name} ({q}): {}",
@@ -263,38 +271,54 @@ pub fn run(args: BenchSimArgs) -> Result<()> {
             args.only.join(",")
         );
     }
+    let me = std::env::current_exe()?;
+    if let Some(b) = &args.baseline_bin {
+        if !b.is_file() {
+            bail!("--baseline-bin {}: no such file", b.display());
+        }
+    }
     let load_before = load_average();
     let mut rows = Vec::new();
+    let mut differ = Vec::new();
     for w in chosen {
-        let wheel = child(w.name, Queue::Wheel)?;
-        let heap = if args.no_baseline {
-            None
-        } else {
-            Some(child(w.name, Queue::Heap)?)
+        let wheel = child(&me, w.name, Queue::Wheel)?;
+        let base = match (&args.baseline_bin, args.no_baseline) {
+            (_, true) => None,
+            (Some(b), false) => Some(child(b, w.name, Queue::Wheel)?),
+            (None, false) => Some(child(&me, w.name, Queue::Heap)?),
         };
-        if let Some(h) = &heap {
+        if let Some(h) = &base {
             if h.digest != wheel.digest {
-                bail!(
-                    "{}: the heap and the wheel gave different results ({} vs {}): the queue changed the simulation",
-                    w.name,
-                    h.digest,
-                    wheel.digest
-                );
+                if args.baseline_bin.is_none() {
+                    bail!(
+                        "{}: the heap and the wheel gave different results ({} vs {}): the queue changed the simulation",
+                        w.name,
+                        h.digest,
+                        wheel.digest
+                    );
+                }
+                differ.push(w.name);
             }
         }
-        rows.push((w, wheel, heap));
+        rows.push((w, wheel, base));
     }
+    let base_label = match &args.baseline_bin {
+        Some(b) => format!("baseline: {}", b.display()),
+        None => "baseline: binary-heap queue".into(),
+    };
     let load_after = load_average();
     if args.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(w, a, b)| serde_json::json!({"workload": w.name, "what": w.what, "wheel": a, "heap": b}))
+            .map(|(w, a, b)| serde_json::json!({"workload": w.name, "what": w.what, "wheel": a, "baseline": b}))
             .collect();
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "load_average_before": load_before,
                 "load_average_after": load_after,
+                "baseline": base_label,
+                "results_differ": differ,
                 "workloads": v,
             }))?
         );
@@ -318,8 +342,13 @@ pub fn run(args: BenchSimArgs) -> Result<()> {
             a.digest
         );
         if let Some(b) = b {
+            let same = if b.digest == a.digest {
+                "same results".to_string()
+            } else {
+                format!("DIFFERENT results: digest {}", b.digest)
+            };
             println!(
-                "  heap   {:>8.2} M flit-hops/s  {:>8.2} M events/s  {:>6.2} s  peak RSS {:.0} MiB  (baseline: binary-heap queue, same results)",
+                "  base   {:>8.2} M flit-hops/s  {:>8.2} M events/s  {:>6.2} s  peak RSS {:.0} MiB  ({base_label}, {same})",
                 rate(b) / 1e6,
                 b.events as f64 / b.run_s / 1e6,
                 b.run_s,

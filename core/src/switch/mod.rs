@@ -248,6 +248,67 @@ pub struct Switch {
     /// Earliest time a flit held back by the traversal latency or the
     /// crossbar may move (found by the last allocation pass).
     xbar_wake_at: Option<u64>,
+    /// Which ports have work, so that a call costs what the ports it
+    /// touches cost, not the radix ([`PortIndex`]).
+    idx: PortIndex,
+    /// Input VCs an allocation pass must examine, one bit each: those
+    /// holding flits or a packet's output VC (an empty idle or dropping
+    /// VC has nothing to settle). Set when a flit is buffered, cleared by
+    /// the pass that finds the VC empty and without a packet.
+    live: Vec<u64>,
+    /// Per input VC: when its front flit's traversal latency ends, if an
+    /// allocation pass found it held back by it (0 otherwise). Until then
+    /// examining it would only note that time again, so a pass skips it;
+    /// popping its front forgets the time.
+    held: Vec<u64>,
+}
+
+/// The switch's index of its ports' work: each link's deadline as of when
+/// it last had nothing to send, and which links changed since. A port
+/// whose link is unchanged and not due is skipped by `poll_transmit` and
+/// `handle_timeout`: the calls it skips would have found nothing to do,
+/// and the little they would have changed (the link's clock, an idle
+/// wire's earliest start) is applied when the port is next touched
+/// ([`Link::catch_up`]), so that every port behaves exactly as if every
+/// call had visited it.
+#[derive(Debug)]
+struct PortIndex {
+    /// Per port: `Link::poll_timeout` when the link last settled (a
+    /// `poll_transmit` found nothing to send); `u64::MAX` for none.
+    due: Vec<u64>,
+    /// Per port: the link changed since it last settled (it must be
+    /// polled, and its `due` is stale).
+    dirty: Vec<bool>,
+    /// Per port: the link changed since its counters were last copied.
+    unsynced: Vec<bool>,
+    /// Per port: a credit stall was running when its counters were last
+    /// copied (its stall time grows with the clock).
+    stalled: Vec<bool>,
+    /// Per port: the last transmit sweep that visited it (skipped it),
+    /// beyond `swept_at` (a sweep the owner stopped early).
+    polled_at: Vec<u64>,
+    /// Per port: the sweep time whose effects its link has had.
+    caught: Vec<u64>,
+    /// The last transmit sweep that visited every port (`poll_transmit`
+    /// returned `None`).
+    swept_at: u64,
+    /// The last `handle_timeout`.
+    timed_at: u64,
+}
+
+impl PortIndex {
+    fn new(radix: usize) -> Self {
+        PortIndex {
+            due: vec![0; radix],
+            dirty: vec![true; radix],
+            unsynced: vec![true; radix],
+            stalled: vec![false; radix],
+            polled_at: vec![0; radix],
+            caught: vec![0; radix],
+            swept_at: 0,
+            timed_at: 0,
+        }
+    }
 }
 
 impl Switch {
@@ -309,6 +370,9 @@ impl Switch {
             out_free_at: vec![0; cfg.radix],
             xbar_step_ns,
             xbar_wake_at: None,
+            idx: PortIndex::new(cfg.radix),
+            live: vec![0; ((cfg.radix + 1) * vcs).div_ceil(64)],
+            held: vec![0; (cfg.radix + 1) * vcs],
             cfg,
         })
     }
@@ -379,6 +443,7 @@ impl Switch {
         };
         self.inputs[l].buf.push_back(f);
         self.inputs[l].synthetic_tail = true;
+        self.mark_live(l);
         true
     }
 
@@ -429,7 +494,7 @@ impl Switch {
         if self.ports[p].link.is_admin_up() == up {
             return Ok(());
         }
-        self.ports[p].link.set_admin_up(up);
+        self.link_mut(p).set_admin_up(up);
         if up {
             self.ports[p].failed = false;
             self.each_hook(|h, sw| h.on_routes_changed(sw));
@@ -446,7 +511,7 @@ impl Switch {
     /// its peer ([`Link::set_credits_withheld`]).
     pub fn set_credits_withheld(&mut self, port: PortNo, on: bool) -> Result<(), SwitchError> {
         let p = self.check_port(port)?;
-        self.ports[p].link.set_credits_withheld(on);
+        self.link_mut(p).set_credits_withheld(on);
         Ok(())
     }
 
@@ -476,7 +541,7 @@ impl Switch {
     ) -> Result<(), SwitchError> {
         let p = self.check_port(port)?;
         self.now = self.now.max(now);
-        let r = self.ports[p].link.handle_datagram(now, data);
+        let r = self.link_mut(p).handle_datagram(now, data);
         if let Err(source) = r {
             self.count_drop(p, 0, DropReason::BadDatagram, 1, 0);
             // The link may have declared a link error and gone down.
@@ -501,35 +566,134 @@ impl Switch {
 
     /// Timer processing for every port (propagation, liveness), then
     /// forwarding of whatever became possible.
+    ///
+    /// Only ports with something due, or changed since they last settled,
+    /// are visited in full; the others would only have moved their clocks
+    /// ([`Link::catch_up`] does that when they are next touched), except
+    /// that a port's counters are copied again if they changed or a credit
+    /// stall keeps growing.
     pub fn handle_timeout(&mut self, now: u64) {
         self.now = self.now.max(now);
+        self.idx.timed_at = self.idx.timed_at.max(now);
         for p in 0..self.ports.len() {
-            self.ports[p].link.handle_timeout(now);
-            self.service_port(p);
+            let idx = &self.idx;
+            let due = if idx.dirty[p] {
+                self.ports[p].link.poll_timeout().unwrap_or(u64::MAX)
+            } else {
+                idx.due[p]
+            };
+            if due <= now {
+                self.link_mut(p).handle_timeout(now);
+                self.service_port(p);
+            } else if idx.unsynced[p] || idx.stalled[p] {
+                // Nothing due: the call would only move the clock, and
+                // copy counters that changed or a stall that grows.
+                self.catch_up(p);
+                self.sync_port_counters(p);
+            }
         }
         self.pump();
+    }
+
+    /// Port `p`'s link, to act on it: first what the calls that skipped
+    /// it would have done ([`Switch::catch_up`]); then it is marked
+    /// changed (polled at the next transmit sweep). Its counters are
+    /// copied where they change: after a datagram or a timeout
+    /// (`service_port`), after a datagram sent, and at the next timeout
+    /// after a retrain ended without one (`unsynced`).
+    fn link_mut(&mut self, p: usize) -> &mut Link {
+        self.catch_up(p);
+        self.idx.dirty[p] = true;
+        &mut self.ports[p].link
+    }
+
+    /// Applies to port `p`'s link what the `poll_transmit` and
+    /// `handle_timeout` calls that skipped it since it was last touched
+    /// would have done.
+    fn catch_up(&mut self, p: usize) {
+        let idx = &mut self.idx;
+        let polled = idx.swept_at.max(idx.polled_at[p]);
+        let skipped = (polled > idx.caught[p]).then_some(polled);
+        idx.caught[p] = idx.caught[p].max(polled);
+        let now = polled.max(idx.timed_at);
+        self.ports[p].link.catch_up(now, skipped);
     }
 
     /// Writes the next datagram for some port into `out` and returns the
     /// port, or `None` when no port has anything to send. Ports are served
     /// round-robin; call until `None`.
+    ///
+    /// A port whose link is unchanged since it last had nothing to send
+    /// and has nothing due is skipped: it would send nothing
+    /// ([`PortIndex`]).
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
         self.now = self.now.max(now);
         let n = self.ports.len();
+        let start = self.next_tx_port;
         for k in 0..n {
-            let p = (self.next_tx_port + k) % n;
-            if self.ports[p].link.poll_transmit(now, out) {
+            let p = if start + k < n {
+                start + k
+            } else {
+                start + k - n
+            };
+            if !(self.idx.dirty[p] || self.idx.due[p] <= now) {
+                continue;
+            }
+            let retrains = self.ports[p].link.stats().retrains;
+            let sent = self.link_mut(p).poll_transmit(now, out);
+            self.idx.caught[p] = self.idx.caught[p].max(now);
+            if self.ports[p].link.stats().retrains != retrains {
+                self.idx.unsynced[p] = true;
+            }
+            if sent {
                 self.next_tx_port = (p + 1) % n;
                 self.sync_port_counters(p);
+                // The ports before it were visited at `now` too.
+                for j in 0..k {
+                    let q = if start + j < n {
+                        start + j
+                    } else {
+                        start + j - n
+                    };
+                    let at = &mut self.idx.polled_at[q];
+                    *at = (*at).max(now);
+                }
                 return Some(p as PortNo);
             }
+            // Settled: nothing to send until its deadline or a change.
+            self.idx.dirty[p] = false;
+            self.idx.due[p] = self.ports[p].link.poll_timeout().unwrap_or(u64::MAX);
         }
+        self.idx.swept_at = self.idx.swept_at.max(now);
         None
     }
 
     /// Earliest time any port needs `handle_timeout` or `poll_transmit`,
     /// or a waiting head's lifetime runs out.
     pub fn poll_timeout(&self) -> Option<u64> {
+        let idx = &self.idx;
+        let mut t = u64::MAX;
+        for (p, (&due, &dirty)) in idx.due.iter().zip(&idx.dirty).enumerate() {
+            let d = if dirty {
+                self.ports[p].link.poll_timeout().unwrap_or(u64::MAX)
+            } else {
+                due
+            };
+            t = t.min(d);
+        }
+        (t != u64::MAX)
+            .then_some(t)
+            .into_iter()
+            .chain(self.hooks.iter().filter_map(|h| h.hook.poll_timeout()))
+            .chain(self.xbar_wake_at)
+            .min()
+    }
+
+    /// [`Switch::poll_timeout`] asked of every link, without the port
+    /// index (what the index must agree with, up to deadlines already
+    /// past).
+    #[cfg(test)]
+    pub(crate) fn poll_timeout_of_every_link(&self) -> Option<u64> {
         self.ports
             .iter()
             .filter_map(|p| p.link.poll_timeout())
@@ -579,6 +743,7 @@ impl Switch {
             c.rx_payload_bytes += f.payload.len() as u64;
             let ivc = &mut self.inputs[p * vcs + vc];
             ivc.push(f, at);
+            self.live[(p * vcs + vc) / 64] |= 1 << ((p * vcs + vc) % 64);
             c.occupancy = ivc.len() as u32;
             c.max_occupancy = c.max_occupancy.max(c.occupancy);
         }
@@ -606,6 +771,8 @@ impl Switch {
         for (vc, v) in c.vcs.iter_mut().enumerate() {
             v.credit_stall_ns = link.credit_stall_ns(vc as u8);
         }
+        self.idx.unsynced[p] = false;
+        self.idx.stalled[p] = link.is_stalled();
     }
 
     /// The port died or was set down: packets bound for it are dropped from
@@ -614,7 +781,7 @@ impl Switch {
         let newly = !self.ports[p].failed;
         self.ports[p].failed = true;
         self.each_hook(|h, sw| h.on_port_failed(sw, p, newly));
-        let discarded = self.ports[p].link.discard_queued();
+        let discarded = self.link_mut(p).discard_queued();
         if discarded > 0 {
             self.counters.drops.port_down += discarded as u64;
         }
@@ -658,6 +825,7 @@ impl Switch {
         let vcs = self.cfg.vcs as usize;
         let (p, vc) = (i / vcs, i % vcs);
         let f = self.inputs[i].buf.pop_front()?;
+        self.held[i] = 0;
         if self.inputs[i].synthetic_tail {
             // Made here (always pushed into an empty buffer, so it is the
             // front): no link slot to free.
@@ -669,7 +837,7 @@ impl Switch {
             return Some(f);
         }
         // Cannot fail: the flit was delivered by this link and not yet released.
-        let released = self.ports[p].link.release(vc as u8, 1);
+        let released = self.link_mut(p).release(vc as u8, 1);
         debug_assert!(released.is_ok(), "{released:?}");
         self.counters.ports[p].vcs[vc].occupancy = self.inputs[i].len() as u32;
         Some(f)
@@ -879,7 +1047,7 @@ impl Switch {
                     match self.wait_clock(i, decision) {
                         Decision::Wait { on_credits } => {
                             if let Some((out, out_vc)) = on_credits {
-                                self.ports[out].link.note_stalled(out_vc);
+                                self.note_stalled(out, out_vc);
                             }
                             return None;
                         }
@@ -996,14 +1164,17 @@ impl Switch {
                 let l = self.local_input();
                 let ctrl_first = self.hooks.iter().any(|h| h.hook.local_input_first());
                 if ctrl_first {
-                    for i in l..self.inputs.len() {
-                        self.examine(i, &mut next);
+                    let mut at = l;
+                    while let Some(i) = self.next_live(at) {
+                        self.examine_live(i, &mut next);
+                        at = i + 1;
                     }
                 }
-                for i in 0..self.inputs.len() {
-                    if !(ctrl_first && i >= l) {
-                        self.examine(i, &mut next);
-                    }
+                let end = if ctrl_first { l } else { self.inputs.len() };
+                let mut at = 0;
+                while let Some(i) = self.next_live(at).filter(|&i| i < end) {
+                    self.examine_live(i, &mut next);
+                    at = i + 1;
                 }
             } else {
                 for &i in &requesters {
@@ -1023,6 +1194,47 @@ impl Switch {
         self.grants = grants;
         self.requesters = requesters;
         self.next_requesters = next;
+    }
+
+    /// Marks input VC `i` for the next allocation pass.
+    fn mark_live(&mut self, i: usize) {
+        self.live[i / 64] |= 1 << (i % 64);
+    }
+
+    /// The first input VC from `from` on that a pass must examine, read
+    /// afresh (examining one VC may give another flits).
+    fn next_live(&self, from: usize) -> Option<usize> {
+        let mut w = from / 64;
+        if w >= self.live.len() {
+            return None;
+        }
+        let mut bits = self.live[w] & (!0u64 << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            if w >= self.live.len() {
+                return None;
+            }
+            bits = self.live[w];
+        }
+    }
+
+    /// [`Switch::examine`] of a VC of the live set, which leaves the set
+    /// once it holds nothing and no packet (examining it again would do
+    /// nothing until a flit arrives).
+    fn examine_live(&mut self, i: usize, requested: &mut Vec<u32>) {
+        let held = self.held[i];
+        if held > self.now {
+            self.wake_xbar_at(held);
+            return;
+        }
+        self.examine(i, requested);
+        let vc = &self.inputs[i];
+        if vc.is_empty() && !matches!(vc.state, InState::Active { .. }) {
+            self.live[i / 64] &= !(1 << (i % 64));
+        }
     }
 
     /// Settles input VC `i` and, if its front flit can go, files its
@@ -1055,6 +1267,7 @@ impl Switch {
         if let Some(at) = self.inputs[i].front_arrival() {
             let ready = at.saturating_add(self.cfg.timing.traversal_ns);
             if ready > self.now {
+                self.held[i] = ready;
                 self.wake_xbar_at(ready);
                 return;
             }
@@ -1070,9 +1283,17 @@ impl Switch {
                 self.alloc.request(out as u16, i as u32);
                 requested.push(i as u32);
             } else {
-                self.ports[out].link.note_stalled(out_vc);
+                self.note_stalled(out, out_vc);
             }
         }
+    }
+
+    /// Starts the credit-stall clock of output `out`, VC `vc` (its
+    /// counters change; its transmission does not).
+    fn note_stalled(&mut self, out: usize, vc: u8) {
+        self.catch_up(out);
+        self.ports[out].link.note_stalled(vc);
+        self.idx.stalled[out] = true;
     }
 
     /// Notes that a flit held back by timing may move at `at`.
@@ -1132,7 +1353,7 @@ impl Switch {
         for free in [&mut self.in_free_at[i / vcs], &mut self.out_free_at[out]] {
             *free = (*free).max(crossed) + self.xbar_step_ns;
         }
-        match self.ports[out].link.send_at(crossed, f) {
+        match self.link_mut(out).send_at(crossed, f) {
             Ok(()) => {
                 let c = &mut self.counters.ports[out].vcs[out_vc as usize];
                 c.tx_flits += 1;
