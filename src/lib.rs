@@ -238,6 +238,7 @@ pub mod daemon_cli {
             seed: 1,
             events_addr: None,
             netns: None,
+            tun: None,
         }
     }
 }

@@ -56,6 +56,9 @@ pub struct LaunchOptions {
     /// Ethernet transport: name of the network namespace to create for the
     /// fabric's veth pairs (default `flitnet-<random>`). It must not exist.
     pub netns: Option<String>,
+    /// `--tun`: an IP interface per host, each in a namespace of its own
+    /// (docs/ip.md).
+    pub tun: Option<crate::tun::TunOptions>,
 }
 
 /// One running daemon.
@@ -90,6 +93,8 @@ pub struct Fabric {
     /// after the daemons when the fabric is dropped (also on a failed
     /// launch).
     net: Option<EthernetNet>,
+    /// `--tun`: the hosts' namespaces, deleted after the daemons.
+    tun: Option<crate::tun::TunNet>,
 }
 
 /// How long a read-only request (report, ping, in-flight) waits for its
@@ -350,6 +355,7 @@ pub fn daemon_configs(
                     DataTransport::Udp => None,
                     DataTransport::Ethernet => netns.map(str::to_string),
                 },
+                tun: None,
             };
             (node, cfg)
         })
@@ -378,7 +384,7 @@ impl Fabric {
                 None => format!("flitnet-{}", &token[..12]),
             }),
         };
-        let configs = daemon_configs(
+        let mut configs = daemon_configs(
             &topo,
             &opts.params,
             subnet,
@@ -388,6 +394,23 @@ impl Fabric {
             opts.events_addr,
             netns.as_deref(),
         );
+        let tun = match &opts.tun {
+            None => None,
+            Some(t) => Some(crate::tun::TunNet::create(
+                &token[..8],
+                &topo,
+                t,
+                flitnet_core::host::ip::IpPlan::default_for(subnet),
+                crate::tun::default_mtu(&opts.params),
+            )?),
+        };
+        if let Some(t) = &tun {
+            for (node, cfg) in &mut configs {
+                if let NodeRef::Host(h) = node {
+                    cfg.tun = Some(t.config(*h as usize));
+                }
+            }
+        }
         // Refuse a bad configuration before anything is created.
         for (_, cfg) in &configs {
             cfg.validate()?;
@@ -404,6 +427,7 @@ impl Fabric {
             run_dir: opts.run_dir.clone(),
             detached: false,
             net,
+            tun,
         };
         stalled().clear();
         // Before the first daemon: a controller killed from here on leaves
@@ -496,6 +520,7 @@ impl Fabric {
             run_dir,
             detached: true,
             net: None,
+            tun: None,
         };
         fabric.wait_ready(ready_timeout)?;
         Ok(fabric)
@@ -584,6 +609,7 @@ impl Fabric {
                 .collect(),
             netns: self.netns().map(str::to_string),
             controller: ProcessId::current().ok(),
+            tun: self.tun.as_ref().map(|t| t.state().clone()),
         };
         crate::rundir::replace(
             &self.run_dir.join(FabricState::FILE),
@@ -966,9 +992,25 @@ impl Fabric {
         if let Some(net) = self.net.as_mut() {
             net.keep();
         }
+        if let Some(tun) = self.tun.as_mut() {
+            tun.keep();
+        }
     }
 
     /// Ethernet transport: the network namespace holding the veth pairs.
+    /// `--tun`: the hosts' interfaces, for the bring-up line.
+    pub fn tun_summary(&self) -> String {
+        match &self.tun {
+            Some(t) => format!(
+                "; IP interfaces {} in {}, MTU {} (flitctl exec HOST -- CMD)",
+                crate::tun::DEVICE,
+                t.state().plan,
+                t.state().mtu
+            ),
+            None => String::new(),
+        }
+    }
+
     pub fn netns(&self) -> Option<&str> {
         self.net.as_ref().map(|n| n.name())
     }
@@ -1135,6 +1177,9 @@ pub fn down(run_dir: &Path) -> Result<Down> {
         if EthernetNet::exists(ns) {
             EthernetNet::delete(ns)?;
         }
+    }
+    if let Some(tun) = &state.tun {
+        crate::tun::TunNet::delete(tun)?;
     }
     let _ = std::fs::remove_file(run_dir.join(FabricState::FILE));
     Ok(result)

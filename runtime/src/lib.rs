@@ -16,6 +16,7 @@ pub mod events;
 pub mod resolve;
 pub mod telemetry;
 pub mod transport;
+pub mod tun;
 
 pub use event_loop::{run, Daemon, Node};
 pub use events::epoch;

@@ -429,6 +429,7 @@ impl<'p> Sim<'p> {
                         self.daemon_event(i, kind);
                     }
                     HostEvent::Delivered { .. }
+                    | HostEvent::Data { .. }
                     | HostEvent::Violation { .. }
                     | HostEvent::SendFailed(_) => {}
                 }
