@@ -48,6 +48,9 @@ struct HostNode {
     ip: Option<IpInterface>,
 }
 
+/// Linux's default minimum TCP retransmission timeout.
+const TCP_RTO_MIN_MS: u64 = 200;
+
 /// A TUN device whose packets cross the fabric as messages.
 struct IpInterface {
     tun: flitnet_runtime::tun::Tun,
@@ -515,7 +518,12 @@ fn main() -> Result<()> {
             })?;
             endpoint.start(flitnet_runtime::clock::now_ns());
             let addr = t.plan.address(id);
-            let tun = flitnet_runtime::tun::Tun::open(t, addr)
+            // TCP's timers run in wall time: under dilation N its minimum
+            // RTO is raised N times (Linux's 200 ms), so that in emulated
+            // time it stays what it is on an undilated network (docs/ip.md).
+            let dilation = fabric.time_dilation.max(1) as u64;
+            let rto_min_ms = (dilation > 1).then_some(TCP_RTO_MIN_MS * dilation);
+            let tun = flitnet_runtime::tun::Tun::open(t, addr, rto_min_ms)
                 .with_context(|| format!("{}: opening its IP interface", d.config.name))?;
             tracing::info!(device = tun.device(), %addr, plan = %t.plan, mtu = t.mtu, netns = ?t.netns, "IP interface up");
             Some(IpInterface {

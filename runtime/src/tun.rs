@@ -38,8 +38,10 @@ impl Tun {
     /// Creates the device `cfg.device` in `cfg.netns` (the calling thread
     /// steps in to create it and back out; the descriptor stays usable),
     /// gives it `addr` in `cfg.plan`'s subnet and the MTU, and sets it and
-    /// the namespace's loopback up.
-    pub fn open(cfg: &TunConfig, addr: Ipv4Addr) -> Result<Tun> {
+    /// the namespace's loopback up. With `rto_min_ms`, the route to the
+    /// fabric's subnet gets that TCP minimum retransmission timeout (a
+    /// time-dilated fabric, docs/ip.md "Time dilation").
+    pub fn open(cfg: &TunConfig, addr: Ipv4Addr, rto_min_ms: Option<u64>) -> Result<Tun> {
         let ns = cfg.netns.as_deref().map(Netns::enter).transpose()?;
         let opened = open_device(&cfg.device);
         if let Some(ns) = ns {
@@ -55,6 +57,14 @@ impl Tun {
             vec!["link", "set", "dev", "lo", "up"],
         ] {
             ip(cfg.netns.as_deref(), &args)?;
+        }
+        if let Some(ms) = rto_min_ms {
+            let plan = cfg.plan.to_string();
+            let rto = format!("{ms}ms");
+            ip(
+                cfg.netns.as_deref(),
+                &["route", "replace", &plan, "dev", d, "rto_min", &rto],
+            )?;
         }
         Ok(Tun {
             fd,
