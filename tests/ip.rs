@@ -124,8 +124,14 @@ impl TunFabric {
 
     fn exec_command(&self, host: &str, cmd: &[&str]) -> Command {
         let mut c = Command::new(bin("flitctl"));
-        c.args(["exec", "--run-dir", self.run_dir.to_str().unwrap(), host, "--"])
-            .args(cmd);
+        c.args([
+            "exec",
+            "--run-dir",
+            self.run_dir.to_str().unwrap(),
+            host,
+            "--",
+        ])
+        .args(cmd);
         c
     }
 
@@ -345,7 +351,10 @@ fn a_fixed_size_tcp_transfer_and_iperf3_cross_the_tree() {
     // iperf3 with a fixed size: everything sent, no error.
     let server = f.spawn("h15", &["iperf3", "-s", "-1", "-J"]);
     std::thread::sleep(Duration::from_millis(300));
-    let out = f.exec("h00", &["timeout", "20", "iperf3", "-c", "h15", "-n", "1M", "-J"]);
+    let out = f.exec(
+        "h00",
+        &["timeout", "20", "iperf3", "-c", "h15", "-n", "1M", "-J"],
+    );
     let c = json(&out);
     let _ = server.wait_with_output();
     assert!(out.status.success() && c.get("error").is_none(), "{c:#}");
@@ -357,11 +366,7 @@ fn a_fixed_size_tcp_transfer_and_iperf3_cross_the_tree() {
 /// A 4 MiB transfer from h00 to h15 with link `link` killed 500 ms into
 /// the run: at the configured 200 000 flits/s of 16 bytes the transfer
 /// takes at least 1.3 s, so the kill falls in the middle of it.
-fn transfer_through_a_kill(
-    tag: &str,
-    link: &str,
-    extra: &[&str],
-) -> (Transfer, serde_json::Value) {
+fn transfer_through_a_kill(tag: &str, link: &str, extra: &[&str]) -> (Transfer, serde_json::Value) {
     let mut args = vec!["--kill-link", link, "--kill-at", "500ms"];
     args.extend_from_slice(extra);
     let f = TunFabric::up(tag, "kary-4-2.yaml", "12s", &args);
@@ -405,7 +410,10 @@ fn under_sbrp_a_link_kill_costs_tcp_no_retransmission() {
     }
     let (t, r) = transfer_through_a_kill("sbrp", "s0-0:7", &["--recovery-protocol", "sbrp2"]);
     let totals = &r["totals"];
-    assert!(n(&totals["recovered_messages"]) > 0, "the kill cut nothing: {totals:#}");
+    assert!(
+        n(&totals["recovered_messages"]) > 0,
+        "the kill cut nothing: {totals:#}"
+    );
     assert_eq!(n(&totals["messages_lost"]), 0, "{totals:#}");
     assert_eq!(t.retransmits, 0, "{totals:#}");
     eprintln!("sbrp2: {:?}; fabric totals {totals}", t.elapsed);
@@ -421,7 +429,9 @@ fn udp_at_a_set_rate_loses_nothing_without_faults() {
     std::thread::sleep(Duration::from_millis(300));
     let out = f.exec(
         "h00",
-        &["timeout", "20", "iperf3", "-c", "h15", "-u", "-b", "4M", "-t", "2", "-J"],
+        &[
+            "timeout", "20", "iperf3", "-c", "h15", "-u", "-b", "4M", "-t", "2", "-J",
+        ],
     );
     let c = json(&out);
     let _ = server.wait_with_output();

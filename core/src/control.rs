@@ -590,10 +590,7 @@ impl TunConfig {
             )));
         };
         let d = &self.device;
-        if d.is_empty()
-            || d.len() > MAX_INTERFACE_NAME
-            || d.contains(['/', ':', ' '])
-        {
+        if d.is_empty() || d.len() > MAX_INTERFACE_NAME || d.contains(['/', ':', ' ']) {
             return Err(ConfigError(format!(
                 "{name}: tun device `{d}` is not a valid interface name (1..={MAX_INTERFACE_NAME} characters, no `/`, `:` or spaces)"
             )));

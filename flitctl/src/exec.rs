@@ -55,7 +55,9 @@ fn find_run() -> Result<PathBuf> {
         .collect();
     match runs.as_slice() {
         [one] => Ok(one.clone()),
-        [] => bail!("no running fabric with IP interfaces (flitctl up ... --tun); or name its --run-dir"),
+        [] => bail!(
+            "no running fabric with IP interfaces (flitctl up ... --tun); or name its --run-dir"
+        ),
         many => bail!(
             "several running fabrics with IP interfaces; name one with --run-dir: {}",
             many.iter()

@@ -223,7 +223,7 @@ impl FabricArgs {
 
     /// `--tun` and its options.
     pub fn tun_options(&self) -> Option<crate::tun::TunOptions> {
-        self.tun.then(|| crate::tun::TunOptions {
+        self.tun.then_some(crate::tun::TunOptions {
             plan: self.tun_subnet,
             mtu: self.tun_mtu,
         })

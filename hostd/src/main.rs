@@ -191,9 +191,7 @@ impl Daemon for HostNode {
         let ip = self.ip.as_ref()?;
         // Left in the device (whose queue then pushes back on the
         // senders) while the source queue is full.
-        self.endpoint
-            .can_send_data()
-            .then(|| ip.tun.raw_fd())
+        self.endpoint.can_send_data().then(|| ip.tun.raw_fd())
     }
 
     fn handle_extra(&mut self, now: u64) {

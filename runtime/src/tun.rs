@@ -112,7 +112,10 @@ impl Tun {
 
 fn open_device(name: &str) -> Result<OwnedFd> {
     if name.len() >= libc::IFNAMSIZ {
-        bail!("tun device name `{name}` is longer than {} characters", libc::IFNAMSIZ - 1);
+        bail!(
+            "tun device name `{name}` is longer than {} characters",
+            libc::IFNAMSIZ - 1
+        );
     }
     // SAFETY: open(2) with a constant NUL-terminated path.
     let fd = unsafe {

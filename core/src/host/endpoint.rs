@@ -120,7 +120,10 @@ pub enum HostEvent {
     /// A delivered message carried application data (an IP packet,
     /// docs/ip.md): its flits' payloads in order, the last one padded.
     /// Comes just before the message's `Delivered`.
-    Data { src: HostId, data: Bytes },
+    Data {
+        src: HostId,
+        data: Bytes,
+    },
     /// The link refused a flit the host built (should not happen with a
     /// validated configuration); the packet is abandoned.
     SendFailed(LinkError),
@@ -369,8 +372,7 @@ impl HostEndpoint {
         }
         let (source, lanes) = (&self.source, &self.lanes);
         self.data_out.retain(|id, _| {
-            source.retained().get(*id).is_some()
-                || lanes.iter().flatten().any(|p| p.msg.id == *id)
+            source.retained().get(*id).is_some() || lanes.iter().flatten().any(|p| p.msg.id == *id)
         });
     }
 
@@ -761,11 +763,8 @@ impl HostEndpoint {
                 if let Some(data) = self.data_out.get(&flit.msg) {
                     flit.flags |= crate::flit::flags::DATA;
                     if !flit.payload.is_empty() {
-                        flit.payload = super::ip::segment(
-                            data,
-                            flit.seq,
-                            self.cfg.source.payload_bytes,
-                        );
+                        flit.payload =
+                            super::ip::segment(data, flit.seq, self.cfg.source.payload_bytes);
                     }
                 }
                 if let (Some(routes), Some(head)) = (&self.in_routes, flit.head.as_mut()) {
@@ -1026,10 +1025,10 @@ mod tests {
             p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
             Bytes::from(p)
         };
-        let mut a = HostEndpoint::new(cfg(0, TrafficPattern::Uniform, 1, InjectionVc::default()))
-            .unwrap();
-        let b = HostEndpoint::new(cfg(1, TrafficPattern::Uniform, 1, InjectionVc::default()))
-            .unwrap();
+        let mut a =
+            HostEndpoint::new(cfg(0, TrafficPattern::Uniform, 1, InjectionVc::default())).unwrap();
+        let b =
+            HostEndpoint::new(cfg(1, TrafficPattern::Uniform, 1, InjectionVc::default())).unwrap();
         // 20 B: one flit; 100 B: 7 flits in 2 packets; 1500 B: 94 flits.
         let sent: Vec<Bytes> = [20, 100, 1500, 64, 65]
             .iter()

@@ -20,11 +20,11 @@
 //!   switch-made non-final tail, seed 003) is counted as incomplete, and a
 //!   body/tail flit with no open packet is an orphan.
 
-use bytes::Bytes;
 use super::histogram::{Histogram, Moments};
 use super::message::{message_id, payload_for, split_message_id};
 use crate::flit::{flags, Flit};
 use crate::topology::HostId;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
