@@ -248,6 +248,7 @@ pub mod daemon_cli {
             events_addr: None,
             netns: None,
             doorbell: None,
+            tun: None,
         }
     }
 }

@@ -602,6 +602,54 @@ pub struct DaemonConfig {
     /// write to when it sleeps and they wrote into its rings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub doorbell: Option<std::path::PathBuf>,
+    /// Hosts only: an IP interface (a TUN device) whose packets cross the
+    /// fabric as messages (docs/ip.md). None = no IP interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tun: Option<TunConfig>,
+}
+
+/// A host's IP interface (docs/ip.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunConfig {
+    /// The network namespace to create the device in (a name under
+    /// /var/run/netns, or a path); None = the daemon's own (a container's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// Device name.
+    pub device: String,
+    /// The fabric's subnet: this host's address and every peer's.
+    pub plan: crate::host::ip::IpPlan,
+    /// The device's MTU ([`crate::host::ip::interface_mtu`] by default).
+    pub mtu: u32,
+}
+
+/// Smallest MTU an IP interface gets (IPv4's minimum datagram every host
+/// must accept).
+pub const MIN_TUN_MTU: u32 = 576;
+
+impl TunConfig {
+    fn validate(&self, name: &str, role: &Role) -> Result<(), ConfigError> {
+        let Role::Host { hosts, .. } = role else {
+            return Err(ConfigError(format!(
+                "{name}: only hosts have an IP interface (tun)"
+            )));
+        };
+        let d = &self.device;
+        if d.is_empty() || d.len() > MAX_INTERFACE_NAME || d.contains(['/', ':', ' ']) {
+            return Err(ConfigError(format!(
+                "{name}: tun device `{d}` is not a valid interface name (1..={MAX_INTERFACE_NAME} characters, no `/`, `:` or spaces)"
+            )));
+        }
+        if !(MIN_TUN_MTU..=65_535).contains(&self.mtu) {
+            return Err(ConfigError(format!(
+                "{name}: tun MTU {} must be {MIN_TUN_MTU}..=65535",
+                self.mtu
+            )));
+        }
+        self.plan
+            .check_hosts(*hosts as u64)
+            .map_err(|e| ConfigError(format!("{name}: {e}")))
+    }
 }
 
 /// Something a daemon noticed, pushed to the controller.
@@ -678,6 +726,9 @@ impl DaemonConfig {
             }
         }
         self.validate_transport()?;
+        if let Some(t) = &self.tun {
+            t.validate(&self.name, &self.role)?;
+        }
         self.fabric
             .validate()
             .map_err(|e| ConfigError(format!("{}: {}", self.name, e.0)))?;
@@ -1066,6 +1117,7 @@ mod tests {
             events_addr: None,
             netns: None,
             doorbell: None,
+            tun: None,
         }
     }
 

@@ -42,6 +42,10 @@ pub mod flags {
     /// EUIB}` (seed 000 §4.5) between neighbouring switches; its payload
     /// is the three fields as u32 little-endian. Never reaches a host.
     pub const FT2EI_CTRL: u8 = 1 << 4;
+    /// The flit's payload is application data (an IP packet's bytes,
+    /// docs/ip.md), not the generator's deterministic pattern: the sink
+    /// keeps it instead of checking it.
+    pub const DATA: u8 = 1 << 5;
 }
 
 /// Per-packet routing flags carried in the head (seed 004 §3.5, §3.10).

@@ -249,6 +249,7 @@ impl Bench {
             events_addr: None,
             token: crate::fabric::new_token(),
             netns: None,
+            tun: None,
         };
         let started = Instant::now();
         let fabric = Fabric::launch(topo, &opts)?;

@@ -674,6 +674,7 @@ pub fn run_scenario(
         keep: run_dir.keep,
         tables: intermediate.as_ref().map(|i| i.tables.clone()),
         netns: None,
+        tun: f.fabric.tun.then(crate::tun::TunOptions::default),
     };
     let spec = f.traffic.spec(f.seed);
     let session = Session::start(scenario.topo.clone(), &opts, "chaos")?;

@@ -925,6 +925,13 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
             t
         );
     }
+    if args.fabric.tun {
+        anyhow::bail!(
+            "--tun: compose bundles do not give containers an IP interface over the fabric \
+             (a host container would need /dev/net/tun and CAP_NET_ADMIN); IP traffic runs \
+             with `flitctl up --tun` (docs/ip.md)"
+        );
+    }
     let topo = crate::topo::load(&args.topology)?;
     let mut params = args.fabric.params();
     params.time_dilation = args.time_dilation;

@@ -57,6 +57,9 @@ pub struct LaunchOptions {
     /// Ethernet transport: name of the network namespace to create for the
     /// fabric's veth pairs (default `flitnet-<random>`). It must not exist.
     pub netns: Option<String>,
+    /// `--tun`: an IP interface per host, each in a namespace of its own
+    /// (docs/ip.md).
+    pub tun: Option<crate::tun::TunOptions>,
 }
 
 /// One running daemon.
@@ -94,6 +97,8 @@ pub struct Fabric {
     /// Shm transport: the ring files and doorbells, removed after the
     /// daemons when the fabric is dropped.
     shm: Option<ShmNet>,
+    /// `--tun`: the hosts' namespaces, deleted after the daemons.
+    tun: Option<crate::tun::TunNet>,
 }
 
 /// How long a read-only request (report, ping, in-flight) waits for its
@@ -370,6 +375,7 @@ pub fn daemon_configs(
                     DataTransport::Shm => shm_dir.map(|d| bell_path(d, node_index(topo, node))),
                     _ => None,
                 },
+                tun: None,
             };
             (node, cfg)
         })
@@ -402,7 +408,7 @@ impl Fabric {
             DataTransport::Shm => Some(ShmNet::create(&opts.run_dir, &topo, &opts.params)?),
             _ => None,
         };
-        let configs = daemon_configs(
+        let mut configs = daemon_configs(
             &topo,
             &opts.params,
             subnet,
@@ -413,6 +419,23 @@ impl Fabric {
             netns.as_deref(),
             shm.as_ref().map(|s| s.dir()),
         );
+        let tun = match &opts.tun {
+            None => None,
+            Some(t) => Some(crate::tun::TunNet::create(
+                &token[..8],
+                &topo,
+                t,
+                flitnet_core::host::ip::IpPlan::default_for(subnet),
+                crate::tun::default_mtu(&opts.params),
+            )?),
+        };
+        if let Some(t) = &tun {
+            for (node, cfg) in &mut configs {
+                if let NodeRef::Host(h) = node {
+                    cfg.tun = Some(t.config(*h as usize));
+                }
+            }
+        }
         // Refuse a bad configuration before anything is created.
         for (_, cfg) in &configs {
             cfg.validate()?;
@@ -430,6 +453,7 @@ impl Fabric {
             detached: false,
             net,
             shm,
+            tun,
         };
         stalled().clear();
         // Before the first daemon: a controller killed from here on leaves
@@ -523,6 +547,7 @@ impl Fabric {
             detached: true,
             net: None,
             shm: None,
+            tun: None,
         };
         fabric.wait_ready(ready_timeout)?;
         Ok(fabric)
@@ -612,6 +637,7 @@ impl Fabric {
             netns: self.netns().map(str::to_string),
             shm_dir: self.shm.as_ref().map(|s| s.dir().to_path_buf()),
             controller: ProcessId::current().ok(),
+            tun: self.tun.as_ref().map(|t| t.state().clone()),
         };
         crate::rundir::replace(
             &self.run_dir.join(FabricState::FILE),
@@ -997,6 +1023,9 @@ impl Fabric {
         if let Some(net) = self.net.as_mut() {
             net.keep();
         }
+        if let Some(tun) = self.tun.as_mut() {
+            tun.keep();
+        }
         if let Some(shm) = self.shm.as_mut() {
             shm.keep();
         }
@@ -1005,6 +1034,19 @@ impl Fabric {
     /// Shm transport: the ring files and doorbells.
     pub fn shm(&self) -> Option<&ShmNet> {
         self.shm.as_ref()
+    }
+
+    /// `--tun`: the hosts' interfaces, for the bring-up line.
+    pub fn tun_summary(&self) -> String {
+        match &self.tun {
+            Some(t) => format!(
+                "; IP interfaces {} in {}, MTU {} (flitctl exec HOST -- CMD)",
+                crate::tun::DEVICE,
+                t.state().plan,
+                t.state().mtu
+            ),
+            None => String::new(),
+        }
     }
 
     /// Ethernet transport: the network namespace holding the veth pairs.
@@ -1177,6 +1219,9 @@ pub fn down(run_dir: &Path) -> Result<Down> {
     }
     if let Some(dir) = &state.shm_dir {
         ShmNet::remove(dir)?;
+    }
+    if let Some(tun) = &state.tun {
+        crate::tun::TunNet::delete(tun)?;
     }
     let _ = std::fs::remove_file(run_dir.join(FabricState::FILE));
     Ok(result)

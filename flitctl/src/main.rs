@@ -67,6 +67,9 @@ enum Command {
     /// Attach to a fabric started by Compose (configs/fabric.json): install
     /// routes, drive traffic, inject faults, re-route, report.
     Attach(run::RunArgs),
+    /// Run a program inside a host's network namespace on a running
+    /// `--tun` fabric: `flitctl exec h03 -- iperf3 -c h07` (docs/ip.md).
+    Exec(flitctl::exec::ExecArgs),
     /// Stop a fabric left running (its run directory holds state.json).
     /// Only processes whose start time and executable match what the
     /// state file recorded are signalled.
@@ -167,6 +170,7 @@ fn main() -> ExitCode {
         Command::Reproduce { args } => flitctl::experiments::reproduce(&args),
         Command::Compose(args) => compose::run(args),
         Command::Attach(args) => run::run(args),
+        Command::Exec(args) => flitctl::exec::run(args),
         Command::Down { run_dir, all } => match run_dir {
             Some(dir) if !all => down(&dir),
             _ => flitctl::runs::down_all(),

@@ -309,6 +309,9 @@ pub struct FabricSection {
     /// Time dilation: a whole factor, or `auto` (the default) to calibrate
     /// on this machine (docs/fidelity.md).
     pub time_dilation: DilationKey,
+    /// An IP interface per host (`flitctl up --tun`, docs/ip.md; root):
+    /// programs run with `flitctl exec` cross the fabric during the run.
+    pub tun: bool,
 }
 
 /// `switch-latency:` as written (`4ft`, `250ns`).
@@ -402,6 +405,7 @@ impl Default for FabricSection {
             switch_latency: ScenarioSwitchLatency(d.switch_latency),
             crossbar_speedup: d.crossbar_speedup,
             time_dilation: DilationKey::default(),
+            tun: false,
         }
     }
 }

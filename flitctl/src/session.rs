@@ -32,6 +32,8 @@ pub struct SessionOptions {
     /// Ethernet transport: the network namespace to create (None = a
     /// fresh name).
     pub netns: Option<String>,
+    /// `--tun`: an IP interface per host (docs/ip.md).
+    pub tun: Option<crate::tun::TunOptions>,
 }
 
 /// A running fabric with its event log and installed routes.
@@ -128,6 +130,7 @@ impl Session {
             events_addr: Some(events.addr()),
             token,
             netns: opts.netns.clone(),
+            tun: opts.tun.clone(),
         };
         let started = Instant::now();
         let fabric = Fabric::launch(topo.clone(), &launch)?;
@@ -143,7 +146,7 @@ impl Session {
             match fabric.netns() {
                 Some(ns) => format!(" (veth pairs in network namespace {ns})"),
                 None => String::new(),
-            },
+            } + &fabric.tun_summary(),
             run_dir.display()
         );
         Ok(Session {

@@ -25,6 +25,9 @@ pub struct FabricState {
     /// The flitctl process running the fabric.
     #[serde(default)]
     pub controller: Option<ProcessId>,
+    /// `--tun`: the hosts' IP interfaces and namespaces (docs/ip.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tun: Option<crate::tun::TunState>,
 }
 
 /// One started daemon in `state.json`.

@@ -95,6 +95,21 @@ pub struct FabricArgs {
     /// flit time (1 = none).
     #[arg(long, default_value_t = 1)]
     pub crossbar_speedup: u8,
+    /// Give every host an IP interface (a TUN device `flit0` in a network
+    /// namespace of its own, needs root): IP packets cross the fabric as
+    /// messages, beside the generated traffic (`--pattern none`: IP only).
+    /// Run programs there with `flitctl exec HOST -- CMD` (docs/ip.md).
+    #[arg(long)]
+    pub tun: bool,
+    /// With --tun: the hosts' IPv4 subnet; host i gets its (i+1)th address.
+    /// Default 10.B.0.0/16, B the fabric's loopback octet.
+    #[arg(long, value_name = "A.B.C.D/N", requires = "tun")]
+    pub tun_subnet: Option<flitnet_core::host::ip::IpPlan>,
+    /// With --tun: the interfaces' MTU. Default: the fabric's largest
+    /// packet (max packet flits × flit payload), times the smallest whole
+    /// number that reaches 1280 bytes.
+    #[arg(long, requires = "tun")]
+    pub tun_mtu: Option<u32>,
 }
 
 fn parse_switch_latency(s: &str) -> Result<SwitchLatency, String> {
@@ -206,6 +221,14 @@ impl FabricArgs {
     /// What carries the flits: `--transport`, shm by default.
     pub fn transport(&self) -> Transport {
         self.transport.unwrap_or(Transport::Shm)
+    }
+
+    /// `--tun` and its options.
+    pub fn tun_options(&self) -> Option<crate::tun::TunOptions> {
+        self.tun.then_some(crate::tun::TunOptions {
+            plan: self.tun_subnet,
+            mtu: self.tun_mtu,
+        })
     }
 
     /// The `--netns` name, checked; refused without `--transport ethernet`.
@@ -547,10 +570,16 @@ pub fn neighbour_ports(topo: &Topology, s: SwitchId) -> Vec<PortRef> {
 /// Brings the fabric up, runs the traffic and the fault, and returns what
 /// happened (`flitctl reproduce` runs seed 003 this way).
 pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
-    crate::session::check_before_launch(
-        &args.fabric.params_for(&args.engine),
-        &args.traffic.spec(args.seed),
-    )?;
+    // `--pattern none`: no generated traffic, only IP packets (--tun).
+    let ip_only = args.traffic.pattern == "none";
+    if ip_only && !args.fabric.tun {
+        bail!("--pattern none generates nothing: it is for IP traffic alone, with --tun");
+    }
+    let mut checked = args.traffic.spec(args.seed);
+    if ip_only {
+        checked.pattern = "uniform".into();
+    }
+    crate::session::check_before_launch(&args.fabric.params_for(&args.engine), &checked)?;
     let topo = crate::topo::load(&args.topology)?;
     let UpFaults {
         kill_links,
@@ -580,6 +609,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         run_dir: args.run_dir.clone(),
         keep: args.keep,
         netns: args.fabric.netns()?,
+        tun: args.fabric.tun_options(),
         tables: match (&args.tables, &inodes) {
             (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
             (None, Some(i)) => Some(i.tables.clone()),
@@ -634,7 +664,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     };
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
     let spec = args.traffic.spec(args.seed);
-    ctl.fabric.start_traffic(&spec)?;
+    if !ip_only {
+        ctl.fabric.start_traffic(&spec)?;
+    }
     let traffic_start = Instant::now();
     let mut progress = Progress::new(args.progress, traffic_start, wall(args.traffic.duration));
     events.record(ControllerEvent::traffic_started(&spec.pattern));

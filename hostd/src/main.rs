@@ -2,13 +2,14 @@
 //! [`HostEndpoint`] (traffic source, sink, one link) inside the shared
 //! runtime shell.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::Parser;
 use flitnet_core::control::{
     DaemonConfig, HostDaemonReport, NodeKind, Reply, Request, Response, Role, TrafficSpec,
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
+use flitnet_core::host::ip::{self, IpPlan};
 use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
@@ -43,6 +44,81 @@ struct HostNode {
     /// the metrics macros are no-ops but would still build their label
     /// strings (one allocation per delivered message): skipped.
     metrics: bool,
+    /// The host's IP interface (`--tun`, docs/ip.md).
+    ip: Option<IpInterface>,
+}
+
+/// Linux's default minimum TCP retransmission timeout.
+const TCP_RTO_MIN_MS: u64 = 200;
+
+/// A TUN device whose packets cross the fabric as messages.
+struct IpInterface {
+    tun: flitnet_runtime::tun::Tun,
+    plan: IpPlan,
+    buf: Vec<u8>,
+    stats: IpStats,
+}
+
+/// What the IP interface did with packets (metrics, docs/ip.md).
+#[derive(Default)]
+struct IpStats {
+    /// Read from the device and handed to the fabric.
+    sent: u64,
+    /// Read, but for no other host of the fabric (or not IPv4).
+    unroutable: u64,
+    /// Read, but the source queue was full.
+    refused: u64,
+    /// Delivered by the fabric and written to the device.
+    received: u64,
+    /// Delivered, but the device would not take them, or not an IP packet.
+    write_dropped: u64,
+}
+
+impl IpInterface {
+    /// Reads what the device holds while the endpoint takes it.
+    fn pump(&mut self, now: u64, endpoint: &mut HostEndpoint) {
+        let hosts = endpoint.config().hosts;
+        // Bounded, so timers and the link get their turn.
+        for _ in 0..64 {
+            if !endpoint.can_send_data() {
+                return;
+            }
+            let n = match self.tun.read(&mut self.buf) {
+                Ok(Some(n)) => n,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, device = self.tun.device(), "reading the tun device");
+                    return;
+                }
+            };
+            let packet = &self.buf[..n];
+            match ip::destination(&self.plan, packet, hosts) {
+                Some(dst) if dst != endpoint.config().host => {
+                    if endpoint.send_data(now, dst, Bytes::copy_from_slice(packet)) {
+                        self.stats.sent += 1;
+                    } else {
+                        self.stats.refused += 1;
+                    }
+                }
+                _ => self.stats.unroutable += 1,
+            }
+        }
+    }
+
+    fn deliver(&mut self, data: Bytes) {
+        let Some(packet) = ip::trim(data) else {
+            self.stats.write_dropped += 1;
+            return;
+        };
+        match self.tun.write(&packet) {
+            Ok(true) => self.stats.received += 1,
+            Ok(false) => self.stats.write_dropped += 1,
+            Err(e) => {
+                self.stats.write_dropped += 1;
+                tracing::warn!(error = %e, device = self.tun.device(), "writing the tun device");
+            }
+        }
+    }
 }
 
 impl HostNode {
@@ -67,17 +143,21 @@ impl HostNode {
             max_packet_flits: self.cfg.fabric.max_packet_flits,
             payload_bytes: self.cfg.fabric.flit_payload as usize,
             duration_ns: Some(spec.duration_ns),
-            // SBRP resends from the sender's retained copy: keep each
-            // message for the hold window (docs/sbrp.md).
-            release: if self.cfg.fabric.recovery.is_on() {
-                ReleasePolicy::HoldFor {
-                    hold_ns: self.cfg.fabric.recovery_hold_ns(),
-                }
-            } else {
-                ReleasePolicy::WhenSent
-            },
+            release: release_policy(&self.cfg.fabric),
             ..SourceConfig::default()
         })
+    }
+}
+
+/// SBRP resends from the sender's retained copy: keep each message for
+/// the hold window (docs/sbrp.md).
+fn release_policy(fabric: &flitnet_core::control::FabricParams) -> ReleasePolicy {
+    if fabric.recovery.is_on() {
+        ReleasePolicy::HoldFor {
+            hold_ns: fabric.recovery_hold_ns(),
+        }
+    } else {
+        ReleasePolicy::WhenSent
     }
 }
 
@@ -105,6 +185,19 @@ impl Node for HostNode {
 impl Daemon for HostNode {
     fn metric_label(&self) -> (&'static str, String) {
         ("host", self.name.clone())
+    }
+
+    fn extra_fd(&self) -> Option<std::os::fd::RawFd> {
+        let ip = self.ip.as_ref()?;
+        // Left in the device (whose queue then pushes back on the
+        // senders) while the source queue is full.
+        self.endpoint.can_send_data().then(|| ip.tun.raw_fd())
+    }
+
+    fn handle_extra(&mut self, now: u64) {
+        if let Some(ip) = &mut self.ip {
+            ip.pump(now, &mut self.endpoint);
+        }
     }
 
     fn for_each_link(&self, f: &mut dyn FnMut(PortNo, &flitnet_core::link::Link)) {
@@ -234,6 +327,11 @@ impl Daemon for HostNode {
                             .record(latency_ns as f64 / 1e9)
                     }
                 }
+                HostEvent::Data { data, .. } => {
+                    if let Some(ip) = &mut self.ip {
+                        ip.deliver(data);
+                    }
+                }
                 HostEvent::Link(e) => {
                     let retrain_ns = self.cfg.fabric.link_retrain_ns;
                     let last_heard_ns = self.endpoint.link().last_heard_ns();
@@ -280,6 +378,18 @@ impl Daemon for HostNode {
             .absolute(i.packets_unrouted);
         counter!("flitnet_host_misrouted_packets_total", "host" => host.clone())
             .absolute(i.packets_misrouted);
+        if let Some(ip) = &self.ip {
+            for (event, n) in [
+                ("sent", ip.stats.sent),
+                ("unroutable", ip.stats.unroutable),
+                ("refused", ip.stats.refused),
+                ("received", ip.stats.received),
+                ("write-dropped", ip.stats.write_dropped),
+            ] {
+                counter!("flitnet_host_ip_packets_total", "host" => host.clone(), "event" => event)
+                    .absolute(n);
+            }
+        }
         gauge!("flitnet_emulation_lag_seconds", "host" => host.clone())
             .set(self.lag_ns as f64 / 1e9);
         gauge!("flitnet_port_up", "host" => host).set(if self.endpoint.link().is_peer_alive() {
@@ -332,6 +442,10 @@ fn describe_metrics() {
             "Packets injected with forced misroute runs (seed 004 M).",
         ),
         (
+            "flitnet_host_ip_packets_total",
+            "IP packets of the host's tun interface, by event (sent, unroutable, refused, received, write-dropped).",
+        ),
+        (
             "flitnet_host_unrouted_packets_total",
             "Packets for destinations no allowed intermediate-node route reaches safely.",
         ),
@@ -379,7 +493,47 @@ fn main() -> Result<()> {
         // One-way links (RUFT): send on port 0, receive on port 1.
         endpoint.add_receive_port(flitnet_core::control::HOST_RECEIVE_PORT)?;
     }
+    let ip = match &d.config.tun {
+        None => None,
+        Some(t) => {
+            // IP packets may come before (or without) generated traffic:
+            // the source is given the fabric's packetisation now, with no
+            // load of its own, and the recovery protocol is on from here.
+            let fabric = &d.config.fabric;
+            endpoint.set_source(
+                SourceConfig {
+                    load: OfferedLoad::FlitsPerSecond { rate: 0.0 },
+                    max_packet_flits: fabric.max_packet_flits,
+                    payload_bytes: fabric.flit_payload as usize,
+                    release: release_policy(fabric),
+                    ..SourceConfig::default()
+                },
+                d.config.seed,
+            )?;
+            endpoint.set_recovery(SbrpConfig {
+                protocol: fabric.recovery,
+                ..SbrpConfig::default()
+            })?;
+            endpoint.start(flitnet_runtime::clock::now_ns());
+            let addr = t.plan.address(id);
+            // TCP's timers run in wall time: under dilation N its minimum
+            // RTO is raised N times (Linux's 200 ms), so that in emulated
+            // time it stays what it is on an undilated network (docs/ip.md).
+            let dilation = fabric.time_dilation.max(1) as u64;
+            let rto_min_ms = (dilation > 1).then_some(TCP_RTO_MIN_MS * dilation);
+            let tun = flitnet_runtime::tun::Tun::open(t, addr, rto_min_ms)
+                .with_context(|| format!("{}: opening its IP interface", d.config.name))?;
+            tracing::info!(device = tun.device(), %addr, plan = %t.plan, mtu = t.mtu, netns = ?t.netns, "IP interface up");
+            Some(IpInterface {
+                tun,
+                plan: t.plan,
+                buf: vec![0; 65_536],
+                stats: IpStats::default(),
+            })
+        }
+    };
     let mut node = HostNode {
+        ip,
         name: d.config.name.clone(),
         events: flitnet_runtime::events::EventSender::new(
             d.config.name.clone(),

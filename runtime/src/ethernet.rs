@@ -84,7 +84,7 @@ pub struct EthernetTransport {
 unsafe impl Send for EthernetTransport {}
 
 /// The calling thread inside another network namespace until [`leave`].
-struct Netns {
+pub(crate) struct Netns {
     home: OwnedFd,
     name: String,
 }
@@ -92,7 +92,7 @@ struct Netns {
 impl Netns {
     /// `name` is a name under /var/run/netns (as `ip netns add` makes) or a
     /// path (`/proc/PID/ns/net`).
-    fn enter(name: &str) -> Result<Netns> {
+    pub(crate) fn enter(name: &str) -> Result<Netns> {
         let home: OwnedFd = std::fs::File::open("/proc/thread-self/ns/net")
             .context("opening this thread's network namespace")?
             .into();
@@ -115,7 +115,7 @@ impl Netns {
         })
     }
 
-    fn leave(self) -> Result<()> {
+    pub(crate) fn leave(self) -> Result<()> {
         // SAFETY: as above, back to the namespace the thread started in.
         if unsafe { libc::setns(self.home.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
             return Err(io::Error::last_os_error())

@@ -28,6 +28,14 @@ pub trait Daemon: Node {
     fn metric_label(&self) -> (&'static str, String);
     /// Calls `f` with every cabled port's link (for the backlog meter).
     fn for_each_link(&self, f: &mut dyn FnMut(PortNo, &Link));
+    /// A further descriptor to watch for reading now (a host's TUN device,
+    /// docs/ip.md); None when there is none, or the node cannot take
+    /// what it would read.
+    fn extra_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// [`Daemon::extra_fd`] is readable.
+    fn handle_extra(&mut self, _now: u64) {}
 }
 
 /// How the daemons drive their links: the processes share the machine's
@@ -318,6 +326,12 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
                 events: libc::POLLIN,
                 revents: 0,
             },
+            // A negative descriptor is ignored by ppoll.
+            libc::pollfd {
+                fd: node.extra_fd().unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // A busy shm daemon looks at its descriptors on every 64th round
         // only: its input is in the rings, and a poll that cannot sleep is
@@ -386,6 +400,9 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
             transport.recv_batch(RECV_BATCH, |port, data| {
                 node.handle_datagram(now, port, Bytes::copy_from_slice(data))
             });
+        }
+        if fds[3].revents != 0 {
+            node.handle_extra(now);
         }
         if let Some(due) = node.poll_timeout().filter(|&t| t <= now) {
             // Lateness of the timer the loop slept for (a deadline that

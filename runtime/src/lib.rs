@@ -17,6 +17,7 @@ pub mod resolve;
 pub mod shm;
 pub mod telemetry;
 pub mod transport;
+pub mod tun;
 
 pub use event_loop::{run, Daemon, Node};
 pub use events::epoch;

@@ -117,6 +117,13 @@ pub enum HostEvent {
         msg: u64,
     },
     Link(LinkEvent),
+    /// A delivered message carried application data (an IP packet,
+    /// docs/ip.md): its flits' payloads in order, the last one padded.
+    /// Comes just before the message's `Delivered`.
+    Data {
+        src: HostId,
+        data: Bytes,
+    },
     /// The link refused a flit the host built (should not happen with a
     /// validated configuration); the packet is abandoned.
     SendFailed(LinkError),
@@ -259,6 +266,9 @@ pub struct HostEndpoint {
     /// ([`HostEndpoint::set_injection_paused`]): packets already on their
     /// way out finish, nothing new starts.
     injection_paused: bool,
+    /// Application data of messages handed in by [`HostEndpoint::send_data`]
+    /// still to be sent or retained for resending, by message id.
+    data_out: BTreeMap<u64, Bytes>,
 }
 
 impl HostEndpoint {
@@ -304,6 +314,7 @@ impl HostEndpoint {
             in_routes: None,
             in_stats: IntermediateStats::default(),
             injection_paused: false,
+            data_out: BTreeMap::new(),
             cfg,
         })
     }
@@ -318,12 +329,51 @@ impl HostEndpoint {
     pub fn set_source(&mut self, cfg: SourceConfig, seed: u64) -> Result<(), ConfigError> {
         let host = self.cfg.host;
         check_flit_fits(host, cfg.payload_bytes, &self.cfg.link)?;
-        self.source = Source::new(cfg.clone(), host, self.cfg.hosts, seed)
+        let mut source = Source::new(cfg.clone(), host, self.cfg.hosts, seed)
             .map_err(|source| ConfigError::Source { host, source })?;
+        source.continue_numbering(&self.source);
+        self.source = source;
         self.sink.set_payload_bytes(cfg.payload_bytes);
         self.cfg.source = cfg;
         self.cfg.seed = seed;
         Ok(())
+    }
+
+    /// Sends `data` (an IP packet, docs/ip.md) to host `dst` as one
+    /// message of [`super::ip::message_flits`] flits whose payloads are the
+    /// data's bytes, queued behind what the source already holds. Under a
+    /// recovery protocol it is retained and resent like any message. False
+    /// when it was refused: the source queue is full or `dst` is not
+    /// another host.
+    pub fn send_data(&mut self, now: u64, dst: HostId, data: Bytes) -> bool {
+        self.tick(now);
+        let flits = super::ip::message_flits(data.len(), self.cfg.source.payload_bytes);
+        let Some(msg) = self.source.push(dst, flits, now) else {
+            return false;
+        };
+        self.data_out.insert(msg.id, data);
+        self.prune_data();
+        self.inject(now);
+        true
+    }
+
+    /// Whether [`HostEndpoint::send_data`] has room now.
+    pub fn can_send_data(&self) -> bool {
+        self.source.has_room()
+    }
+
+    /// Drops the data of messages neither queued, nor being sent, nor
+    /// retained for a resend (each of those is in the retained store or a
+    /// lane). Runs when the map holds more than those could need.
+    fn prune_data(&mut self) {
+        let live = self.source.retained().len() + self.lanes.len();
+        if self.data_out.len() <= live {
+            return;
+        }
+        let (source, lanes) = (&self.source, &self.lanes);
+        self.data_out.retain(|id, _| {
+            source.retained().get(*id).is_some() || lanes.iter().flatten().any(|p| p.msg.id == *id)
+        });
     }
 
     /// Turns on a recovery protocol (spec 003 §5). The source must retain
@@ -645,6 +695,7 @@ impl HostEndpoint {
                     latency_ns,
                 },
                 SinkEvent::Violation { kind, src, msg } => HostEvent::Violation { kind, src, msg },
+                SinkEvent::Data { src, data, .. } => HostEvent::Data { src, data },
             });
         }
         while let Some(e) = self.link.poll_event() {
@@ -709,6 +760,13 @@ impl HostEndpoint {
                     continue;
                 };
                 let done = packet.is_done();
+                if let Some(data) = self.data_out.get(&flit.msg) {
+                    flit.flags |= crate::flit::flags::DATA;
+                    if !flit.payload.is_empty() {
+                        flit.payload =
+                            super::ip::segment(data, flit.seq, self.cfg.source.payload_bytes);
+                    }
+                }
                 if let (Some(routes), Some(head)) = (&self.in_routes, flit.head.as_mut()) {
                     match routes.apply(head) {
                         Applied::Direct => {}
@@ -734,6 +792,9 @@ impl HostEndpoint {
                 if done {
                     if let Some(p) = self.lanes[lane].take() {
                         self.source.packet_done(&p, now);
+                        if !self.data_out.is_empty() {
+                            self.prune_data();
+                        }
                     }
                 }
             }
@@ -954,6 +1015,46 @@ mod tests {
             }
         }
         panic!("simulation did not settle");
+    }
+
+    #[test]
+    fn data_messages_share_the_link_with_generated_traffic_and_arrive_whole() {
+        let ipv4 = |len: usize, tag: u8| {
+            let mut p = vec![tag; len];
+            p[0] = 0x45;
+            p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            Bytes::from(p)
+        };
+        let mut a =
+            HostEndpoint::new(cfg(0, TrafficPattern::Uniform, 1, InjectionVc::default())).unwrap();
+        let b =
+            HostEndpoint::new(cfg(1, TrafficPattern::Uniform, 1, InjectionVc::default())).unwrap();
+        // 20 B: one flit; 100 B: 7 flits in 2 packets; 1500 B: 94 flits.
+        let sent: Vec<Bytes> = [20, 100, 1500, 64, 65]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| ipv4(len, i as u8 + 1))
+            .collect();
+        for p in &sent {
+            assert!(a.send_data(0, 1, p.clone()));
+        }
+        assert!(!a.send_data(0, 0, sent[0].clone()), "not to itself");
+        assert_eq!(a.source().stats().data_messages, 5);
+        let [a, mut b] = run_endpoints([a, b], 1_000, 50_000_000);
+        check_clean(&a, true);
+        check_clean(&b, true);
+        let mut got = Vec::new();
+        while let Some(e) = b.poll_event() {
+            if let HostEvent::Data { src, data } = e {
+                assert_eq!(src, 0);
+                got.push(super::super::ip::trim(data).expect("an IP packet"));
+            }
+        }
+        assert_eq!(got, sent);
+        // Generated messages were delivered beside them.
+        assert!(b.report().sink.delivered_messages > 5);
+        // Nothing is kept once sent (no recovery protocol: nothing retained).
+        assert!(a.data_out.is_empty(), "{} left", a.data_out.len());
     }
 
     fn check_clean(ep: &HostEndpoint, in_order: bool) {

@@ -6,10 +6,12 @@
 //! - [`sbrp`]: the host half of the SBRP recovery protocols (seed 003 §5);
 //! - [`sink`]: reassembly and exactly-once / in-order / integrity checks;
 //! - [`histogram`]: the latency histogram;
+//! - [`ip`]: IP packets as messages (address plan, segmentation);
 //! - [`endpoint`]: all of the above plus the port's link layer.
 
 pub mod endpoint;
 pub mod histogram;
+pub mod ip;
 pub mod message;
 pub mod retained;
 pub mod sbrp;

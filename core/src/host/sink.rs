@@ -24,6 +24,7 @@ use super::histogram::{Histogram, Moments};
 use super::message::{message_id, payload_for, split_message_id};
 use crate::flit::{flags, Flit};
 use crate::topology::HostId;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -132,6 +133,12 @@ pub enum SinkEvent {
         src: Option<HostId>,
         msg: u64,
     },
+    /// The application data a delivered message carried (its flits had
+    /// [`flags::DATA`]): every flit's payload in order, the last one
+    /// padded. Comes just before the message's `Delivered`. (Not
+    /// serialised: it lives between the sink and its host only.)
+    #[serde(skip)]
+    Data { src: HostId, msg: u64, data: Bytes },
 }
 
 /// One delivery, for determinism checks.
@@ -167,6 +174,9 @@ struct Assembly {
     corrupted: bool,
     /// Some flit came from a recovery resend (SBRP): the message was hit.
     recovered: bool,
+    /// Application data (flits with [`flags::DATA`]), flit `seq` at
+    /// `seq × payload bytes`.
+    data: Option<Vec<u8>>,
 }
 
 impl Assembly {
@@ -178,6 +188,7 @@ impl Assembly {
             count: 0,
             corrupted: false,
             recovered: false,
+            data: None,
         }
     }
 
@@ -489,8 +500,9 @@ impl Sink {
         let Some(a) = self.assemblies.get_mut(&(src, msg)) else {
             return;
         };
+        let is_data = flit.flags & flags::DATA != 0;
         let payload_ok = flit.payload.len() == self.cfg.payload_bytes
-            && flit.payload == payload_for(src, msg, flit.seq, self.cfg.payload_bytes);
+            && (is_data || flit.payload == payload_for(src, msg, flit.seq, self.cfg.payload_bytes));
         if !in_sequence || !payload_ok || flit.seq >= a.msg_flits {
             self.stats.corrupted_flits += 1;
             a.corrupted = true;
@@ -505,6 +517,14 @@ impl Sink {
         if !a.mark(flit.seq) {
             self.stats.duplicate_flits += 1;
             return;
+        }
+        if is_data && payload_ok {
+            let size = self.cfg.payload_bytes;
+            let data = a
+                .data
+                .get_or_insert_with(|| vec![0; a.msg_flits as usize * size]);
+            let at = flit.seq as usize * size;
+            data[at..at + size].copy_from_slice(&flit.payload);
         }
         if a.count < a.msg_flits {
             return;
@@ -567,6 +587,13 @@ impl Sink {
                 msg,
                 latency_ns,
                 recovered: a.recovered,
+            });
+        }
+        if let Some(data) = a.data {
+            self.push_event(SinkEvent::Data {
+                src,
+                msg,
+                data: Bytes::from(data),
             });
         }
         self.push_event(SinkEvent::Delivered {

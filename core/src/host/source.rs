@@ -167,6 +167,13 @@ pub struct SourceStats {
     pub flits_sent: u64,
     /// Messages whose every packet has been sent.
     pub messages_sent: u64,
+    /// Messages the application handed in ([`Source::push`]: IP packets,
+    /// docs/ip.md); counted in `generated_messages` too.
+    #[serde(default)]
+    pub data_messages: u64,
+    /// Application messages refused because the source queue was full.
+    #[serde(default)]
+    pub data_refused_queue_full: u64,
 }
 
 /// Arrivals handled per [`Source::handle_timeout`] call at most, so one call
@@ -177,6 +184,7 @@ const MAX_ARRIVALS_PER_CALL: u32 = 1 << 16;
 #[derive(Clone, Debug)]
 pub struct Source {
     host: HostId,
+    hosts: u32,
     cfg: SourceConfig,
     destinations: DestinationGenerator,
     packetiser: Packetiser,
@@ -246,6 +254,7 @@ impl Source {
         let mean_gap_ns = (rate > 0.0).then(|| 1e9 * cfg.length.mean() / rate);
         Ok(Source {
             host,
+            hosts,
             packetiser: Packetiser {
                 max_packet_flits: cfg.max_packet_flits,
             },
@@ -310,6 +319,11 @@ impl Source {
     /// been handed to the link.
     pub fn is_drained(&self) -> bool {
         self.next_arrival.is_none() && self.queue.is_empty()
+    }
+
+    /// Whether [`Source::push`] has room for another message.
+    pub fn has_room(&self) -> bool {
+        self.queue.len() < self.cfg.queue_capacity
     }
 
     /// Messages waiting (with packets not yet taken).
@@ -407,6 +421,48 @@ impl Source {
         self.stats.generated_messages += 1;
         self.stats.generated_flits += flits as u64;
         true
+    }
+
+    /// Queues a message of `flits` flits for `dst` handed in by the
+    /// application (an IP packet, docs/ip.md) at `now`, numbered in the
+    /// same per-destination sequence as generated ones (the sink's order
+    /// and exactly-once checks see one flow). `None` if the source queue is
+    /// full (the packet is dropped, as a full NIC queue would) or `dst` is
+    /// not another host of the fabric.
+    pub fn push(&mut self, dst: HostId, flits: u32, now: u64) -> Option<Message> {
+        if dst == self.host || dst >= self.hosts || flits == 0 {
+            return None;
+        }
+        if self.queue.len() >= self.cfg.queue_capacity {
+            self.stats.data_refused_queue_full += 1;
+            return None;
+        }
+        let seq = self.next_seq.entry(dst).or_insert(0);
+        let msg = Message {
+            id: message_id(dst, *seq),
+            dst,
+            flits,
+            born_ns: now,
+        };
+        *seq = seq.wrapping_add(1);
+        let packets = self.packetiser.packets(flits);
+        self.retained.insert(msg, packets);
+        self.queue.push_back((msg, packets));
+        self.stats.generated_messages += 1;
+        self.stats.generated_flits += flits as u64;
+        self.stats.data_messages += 1;
+        Some(msg)
+    }
+
+    /// Continues `previous`'s per-destination message numbering (a source
+    /// replaced while the fabric carries traffic, e.g. IP packets sent
+    /// before the generator starts, must not number its messages from 0
+    /// again: the receivers would take them for duplicates).
+    pub fn continue_numbering(&mut self, previous: &Source) {
+        for (&dst, &seq) in &previous.next_seq {
+            let next = self.next_seq.entry(dst).or_insert(0);
+            *next = (*next).max(seq);
+        }
     }
 
     /// Takes the next packet to send, in generation order.

@@ -422,6 +422,7 @@ impl<'p> Sim<'p> {
                         self.daemon_event(i, kind);
                     }
                     HostEvent::Delivered { .. }
+                    | HostEvent::Data { .. }
                     | HostEvent::Violation { .. }
                     | HostEvent::SendFailed(_) => {}
                 }

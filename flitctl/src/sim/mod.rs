@@ -178,6 +178,12 @@ fn refuse_live_only(a: &UpArgs) -> Result<()> {
             "a run directory holds processes' configs and logs (--events FILE writes the event log)",
         )?;
     }
+    if a.fabric.tun {
+        why(
+            "--tun",
+            "IP interfaces carry real packets between processes",
+        )?;
+    }
     if a.fabric.transport == Some(Transport::Ethernet) || a.fabric.netns.is_some() {
         why(
             "--transport ethernet/--netns",
@@ -253,6 +259,9 @@ fn step_of(topo: &Topology, a: &Action) -> Step {
 pub fn scenario_plan(scenario: &Scenario) -> Result<Plan> {
     let f = &scenario.file;
     let topo = &scenario.topo;
+    if f.fabric.tun {
+        bail!("tun: the simulator has no IP interfaces (they carry real packets between processes); run the scenario with `flitctl chaos`");
+    }
     let params = f.params();
     let intermediate = IntermediateSetup::of(topo, f.mechanism.fabric(), params.vcs)?;
     Ok(Plan {
