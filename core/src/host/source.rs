@@ -269,6 +269,14 @@ impl Source {
         &self.cfg
     }
 
+    /// Goes on numbering each destination's messages where `previous`
+    /// stopped, so that a host reconfigured for another run never reuses a
+    /// message number: a receiver takes a number it has seen for a
+    /// duplicate.
+    pub fn continue_numbering(&mut self, previous: &Source) {
+        self.next_seq = previous.next_seq.clone();
+    }
+
     pub fn stats(&self) -> &SourceStats {
         &self.stats
     }
