@@ -361,6 +361,10 @@ pub struct RunReport {
     /// (docs/fidelity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<crate::fidelity::Fidelity>,
+    /// What makes the figures less than they seem (e.g. no daemon event
+    /// can reach the controller, so it saw no fault it did not inject).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Hosts the faults cut off: those outside the largest connected part of
@@ -538,6 +542,7 @@ impl RunReport {
             interrupted: crate::interrupt::received().map(str::to_string),
             unanswered,
             fidelity: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -558,6 +563,9 @@ impl fmt::Display for RunReport {
         )?;
         for who in &self.unanswered {
             writeln!(f, "  stalled     {who}: its counts are missing")?;
+        }
+        for warning in &self.warnings {
+            writeln!(f, "  warning     {warning}")?;
         }
         let x = self
             .fidelity
