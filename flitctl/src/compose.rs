@@ -241,6 +241,8 @@ pub fn default_controller_command() -> Vec<String> {
         &format!("{CONFIG_MOUNT}/{FABRIC_FILE}"),
         "--duration",
         "30s",
+        "--controller-metrics",
+        &format!("0.0.0.0:{METRICS_PORT}"),
     ]
     .map(String::from)
     .to_vec()
@@ -571,6 +573,9 @@ struct Service {
     environment: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     volumes: Vec<String>,
+    /// Writable scratch space (the image has no writable directory).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tmpfs: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -650,6 +655,7 @@ fn fabric_service(
         stop_grace_period: Some("3s".into()),
         environment: Vec::new(),
         volumes: vec![format!("./configs:{CONFIG_MOUNT}:ro")],
+        tmpfs: Vec::new(),
         ports: Vec::new(),
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -697,7 +703,7 @@ fn render_compose(
         let service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
         services.insert(Value::from(c.service.clone()), to_yaml_value(&service)?);
     }
-    let controller = fabric_service(
+    let mut controller = fabric_service(
         &opts.image,
         opts.controller_command.clone(),
         CONTROLLER_SERVICE,
@@ -705,6 +711,9 @@ fn render_compose(
         configs.iter().map(|c| c.service.clone()).collect(),
         target,
     );
+    // The controller's run directory (its event log) goes to the temp dir:
+    // a tmpfs, mode 1777, since the FROM-scratch image has no /tmp.
+    controller.tmpfs = vec!["/tmp".into()];
     services.insert(CONTROLLER_SERVICE.into(), to_yaml_value(&controller)?);
 
     let monitoring = |image: &str, ip, volumes, ports, command, environment, depends_on| Service {
@@ -720,6 +729,7 @@ fn render_compose(
         stop_grace_period: None,
         environment,
         volumes,
+        tmpfs: Vec::new(),
         ports,
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
