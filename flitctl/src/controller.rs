@@ -217,8 +217,9 @@ impl<'a> Controller<'a> {
             );
             Ok((t, computed))
         });
+        let cut_off = self.cut_off_switches(&faulty);
         let result = result.and_then(|(t, computed)| {
-            let swap = self.install(&t)?;
+            let swap = self.install(&t, &cut_off)?;
             Ok((t, computed, swap))
         });
         match result {
@@ -241,18 +242,47 @@ impl<'a> Controller<'a> {
                 self.tables = tables;
                 self.routed_around = faulty;
                 self.reroutes += 1;
+                // Only now, since asking a dead switch costs a connect
+                // timeout: is a switch the faults cut off dead?
+                if !cut_off.is_empty() {
+                    self.find_dead_switches();
+                }
             }
             Err(e) => self.reroute_failed(failed_links, e),
         }
     }
 
-    /// Swaps `tables` in. A switch that died on its own (its container
+    /// Live switches every cabled link of which is in `faulty`: no flit
+    /// reaches them, and when their neighbours all lost them at once they
+    /// are most likely dead (a killed container), so the install does not
+    /// wait for them.
+    fn cut_off_switches(&self, faulty: &BTreeSet<LinkId>) -> Vec<flitnet_core::topology::SwitchId> {
+        (0..self.topo.num_switches() as u32)
+            .filter(|&s| {
+                let node = NodeRef::Switch(s);
+                let links = links_of(self.topo, node);
+                !self.fabric.daemons[self.fabric.daemon_of(node)].dead
+                    && !links.is_empty()
+                    && links.iter().all(|l| faulty.contains(l))
+            })
+            .collect()
+    }
+
+    /// Swaps `tables` in on every switch but those `cut_off` by the
+    /// faults. A switch that died on its own (its container
     /// killed, say) before its neighbours all reported it fails the
     /// install: it is found, recorded as lost, and skipped, and the install
     /// is retried.
-    fn install(&mut self, tables: &RoutingTables) -> anyhow::Result<crate::fabric::Swap> {
+    fn install(
+        &mut self,
+        tables: &RoutingTables,
+        cut_off: &[flitnet_core::topology::SwitchId],
+    ) -> anyhow::Result<crate::fabric::Swap> {
         loop {
-            match self.fabric.swap_routes(tables, self.policy.reconfiguration) {
+            match self
+                .fabric
+                .swap_routes_except(tables, self.policy.reconfiguration, cut_off)
+            {
                 Ok(swap) => return Ok(swap),
                 Err(e) => {
                     if self.find_dead_switches() == 0 {
@@ -409,9 +439,11 @@ pub fn fault_timing(
         .iter()
         .flat_map(|&e| watched_ends(topo, e))
         .collect();
+    // The earliest by the daemons' own clocks, not the first to arrive:
+    // events from several neighbours race over UDP.
     let detected = records
         .iter()
-        .find(|r| {
+        .filter(|r| {
             r.time_ns >= t0
                 && !r.is_controller()
                 && (if repair {
@@ -425,6 +457,7 @@ pub fn fault_timing(
                         .any(|e| e.port == port && topo.node_name(e.node) == r.source)
                 })
         })
+        .min_by_key(|r| r.time_ns)
         .cloned();
     let links: Vec<LinkId> = elements
         .iter()
