@@ -337,6 +337,10 @@ pub struct RunReport {
     pub latency: Latency,
     /// Flits dropped by switches, by reason.
     pub drops: BTreeMap<String, u64>,
+    /// Datagrams switches dropped whole because they could not decode
+    /// them (`bad-datagram`; counted in datagrams, not flits).
+    #[serde(default)]
+    pub bad_datagrams: u64,
     pub faults: Vec<FaultTiming>,
     /// Flits that arrived at a full buffer (hosts and switches): must be 0.
     pub credit_violations: u64,
@@ -495,10 +499,13 @@ impl RunReport {
         }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
+        let mut bad_datagrams = 0;
         for (_, r) in &switches {
             for reason in DropReason::ALL {
                 let n = r.counters.drops.get(reason);
-                if n > 0 {
+                if reason == DropReason::BadDatagram {
+                    bad_datagrams += n;
+                } else if n > 0 {
                     *drops.entry(reason.name().to_string()).or_insert(0) += n;
                 }
             }
@@ -533,6 +540,7 @@ impl RunReport {
                 max_us: max as f64 / 1e3,
             },
             drops,
+            bad_datagrams,
             faults,
             credit_violations,
             // Missing counts cannot be called lossless.
@@ -624,6 +632,13 @@ impl fmt::Display for RunReport {
         } else {
             let d: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
             writeln!(f, "  drops       {}", d.join("  "))?;
+        }
+        if self.bad_datagrams > 0 {
+            writeln!(
+                f,
+                "  datagrams   {} dropped undecodable (bad-datagram)",
+                self.bad_datagrams
+            )?;
         }
         for fault in &self.faults {
             let opt = |x: Option<f64>| x.map_or("never".to_string(), |v| format!("{v:.1} ms"));
