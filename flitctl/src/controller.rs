@@ -82,6 +82,17 @@ impl<'a> Controller<'a> {
         }
     }
 
+    /// Takes `links` as down and already routed around (down when the run
+    /// started, with no event to say so).
+    pub fn assume_down(&mut self, links: &[LinkId]) {
+        for &l in links {
+            let link = &self.topo.links[l as usize];
+            self.down_ends.insert(link.a);
+            self.down_ends.insert(link.b);
+            self.routed_around.insert(l);
+        }
+    }
+
     /// Links the daemons say are down (either end reported it).
     pub fn detected_faults(&self) -> BTreeSet<LinkId> {
         self.down_ends
