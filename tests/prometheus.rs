@@ -19,8 +19,8 @@ use flitnet::prom::{
 use flitnet::{bin, topology, workspace_dir};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

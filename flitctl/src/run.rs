@@ -169,6 +169,34 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.ready_timeout,
     )?;
     let bring_up = started.elapsed();
+    // The fabric may have run traffic for an earlier controller: what that
+    // run left in flight lands first, then the switches' and hosts'
+    // counters are taken as this run's baseline (hosts also start their
+    // delivery figures afresh when traffic starts), so the report
+    // describes this run alone.
+    if let Some(left) = fabric.wait_idle(wall(Duration::from_secs(5)))? {
+        tracing::warn!(flits = left, "flits of an earlier run still in flight");
+    }
+    let baseline = Baseline::take(&fabric)?;
+    // Links a daemon already reports down (disabled, or its peer silent)
+    // are routed around from the start, like --fail-link ones.
+    let mut down_links = down_links;
+    let found_down = baseline.links_down(&topo);
+    let mut tables = tables;
+    if !found_down.iter().all(|l| down_links.contains(l)) {
+        let names: Vec<String> = found_down.iter().map(|&l| link_name(&topo, l)).collect();
+        tracing::warn!(
+            links = %names.join(" "),
+            "links already down when the run starts: routed around from the start"
+        );
+        for l in found_down {
+            if !down_links.contains(&l) {
+                down_links.push(l);
+            }
+        }
+        let faults = FaultSet::with_links(down_links.iter().copied());
+        tables = compute_routes(&topo, &args.engine, &faults)?;
+    }
     for &l in &down_links {
         fabric.set_link(l, false)?;
     }
@@ -187,15 +215,6 @@ pub fn run(args: RunArgs) -> Result<()> {
             .as_deref()
             .map_or("none".into(), |p| p.display().to_string())
     );
-    // The fabric may have run traffic for an earlier controller: what that
-    // run left in flight lands first, then the switches' and hosts'
-    // counters are taken as this run's baseline (hosts also start their
-    // delivery figures afresh when traffic starts), so the report
-    // describes this run alone.
-    if let Some(left) = fabric.wait_idle(wall(Duration::from_secs(5)))? {
-        tracing::warn!(flits = left, "flits of an earlier run still in flight");
-    }
-    let baseline = Baseline::take(&fabric)?;
     let spec = TrafficSpec {
         pattern: args.traffic.pattern.clone(),
         load: args.traffic.load,
@@ -216,7 +235,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         vcs: description.params.vcs,
     };
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
+    ctl.assume_down(&down_links);
     let mut pending_kill = kill_link;
+    let mut killed = None;
     // Faults are watched for during the traffic phase and the drain after it.
     let watch_until = traffic_start + wall(args.traffic.duration + Duration::from_secs(1));
     while Instant::now() < watch_until {
@@ -229,6 +250,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             pending_kill.filter(|_| Instant::now() >= traffic_start + wall(args.kill_at))
         {
             pending_kill = None;
+            killed = Some(l);
             let started_ns = flitnet_runtime::clock::now_ns();
             ctl.fabric.set_link(l, false)?;
             let what = link_name(&topo, l);
@@ -268,6 +290,14 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
     run.fidelity = Some(fidelity);
     run.warnings.extend(events_problem);
+    // The link this run killed is this run's fault: the fabric is left as
+    // found for the next run (which would otherwise route through a
+    // disabled port it has no event about).
+    if let Some(l) = killed.filter(|_| !args.shutdown) {
+        if let Err(e) = fabric.set_link(l, true) {
+            tracing::warn!(error = %format!("{e:#}"), "could not bring the killed link back up");
+        }
+    }
     if args.shutdown {
         let still = shut_down_remote(&fabric, Duration::from_secs(5));
         if !still.is_empty() {
@@ -297,6 +327,26 @@ impl Baseline {
             hosts: fabric.host_reports()?.into_iter().collect(),
             switches: fabric.switch_reports()?.into_iter().collect(),
         })
+    }
+
+    /// Links some end of which a daemon reported down at the baseline.
+    fn links_down(&self, topo: &Topology) -> Vec<LinkId> {
+        let states = self
+            .switches
+            .iter()
+            .flat_map(|(&n, r)| r.links.iter().map(move |l| (n, l)))
+            .chain(
+                self.hosts
+                    .iter()
+                    .flat_map(|(&n, r)| r.links.iter().map(move |l| (n, l))),
+            );
+        let mut down: Vec<LinkId> = states
+            .filter(|(_, l)| !l.up)
+            .filter_map(|(node, l)| topo.link_at(PortRef { node, port: l.port }))
+            .collect();
+        down.sort_unstable();
+        down.dedup();
+        down
     }
 
     fn hosts_since(&self, reports: HostReports) -> HostReports {
@@ -344,7 +394,10 @@ fn event_path_problem(fabric: &ComposeFabric, bind: SocketAddr) -> Option<String
     let local = std::net::UdpSocket::bind(SocketAddr::new(target.ip(), 0)).is_ok();
     if !local || (!bind.ip().is_unspecified() && bind.ip() != target.ip()) {
         return Some(format!(
-            "the daemons send their events to {target}, which this controller does not listen              on (not an address of this machine, or not --events): {unseen}; run the              controller service of the bundle, or write the bundle with `flitctl compose              --events <gateway>:{}` for a controller on the Docker host (docs/compose.md)",
+            "the daemons send their events to {target}, which this controller does not listen \
+             on (not an address of this machine, or not --events): {unseen}; run the \
+             controller service of the bundle, or write the bundle with `flitctl compose \
+             --events <gateway>:{}` for a controller on the Docker host (docs/compose.md)",
             target.port()
         ));
     }
