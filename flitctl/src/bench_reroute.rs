@@ -32,6 +32,10 @@ pub struct BenchRerouteArgs {
     /// Compose rows.
     #[arg(long)]
     pub image: Option<String>,
+    /// Compose project name of the Compose rows' fabric (and the stem of
+    /// its temporary directory).
+    #[arg(long, default_value = "flitnet-bench")]
+    pub project: String,
     #[arg(long)]
     pub json: bool,
 }
@@ -87,7 +91,13 @@ pub fn run(args: BenchRerouteArgs) -> Result<()> {
         rows.push(switch_row);
     }
     if let Some(image) = &args.image {
-        rows.extend(compose_rows(&exe, &args.topologies.join("kary-4-2.yaml"), image, args.runs)?);
+        rows.extend(compose_rows(
+            &exe,
+            &args.topologies.join("kary-4-2.yaml"),
+            image,
+            &args.project,
+            args.runs,
+        )?);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -158,7 +168,13 @@ fn timing(report: &[u8]) -> Result<(f64, f64)> {
 
 /// The Compose rows: the 4-ary 2-tree's 24 containers from `image`, a link
 /// killed by `flitctl attach`, a spine switch's container `docker kill`ed.
-fn compose_rows(exe: &Path, topo: &Path, image: &str, runs: usize) -> Result<Vec<Row>> {
+fn compose_rows(
+    exe: &Path,
+    topo: &Path,
+    image: &str,
+    project: &str,
+    runs: usize,
+) -> Result<Vec<Row>> {
     let compose: Vec<&str> = if works("docker-compose", &["version"]) {
         vec!["docker-compose"]
     } else if works("docker", &["compose", "version"]) {
@@ -166,8 +182,8 @@ fn compose_rows(exe: &Path, topo: &Path, image: &str, runs: usize) -> Result<Vec
     } else {
         bail!("--image: neither docker-compose nor the docker compose plugin works");
     };
-    let dir = std::env::temp_dir().join(format!("flitnet-bench-reroute-{}", std::process::id()));
-    let project = format!("flitnet-bench-{}", std::process::id());
+    let project = format!("{project}-{}", std::process::id());
+    let dir = std::env::temp_dir().join(&project);
     let events = std::net::UdpSocket::bind("0.0.0.0:0")?.local_addr()?.port();
     let status = Command::new(exe)
         .arg("compose")
