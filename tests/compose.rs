@@ -90,10 +90,11 @@ fn build_image() -> u64 {
         .arg(image())
         .env("PROFILE", "image-test")
         .current_dir(workspace_dir()));
-    let size: u64 = ok(Command::new("docker").args(["image", "inspect", "-f", "{{.Size}}", &image()]))
-        .trim()
-        .parse()
-        .expect("docker reports the image size");
+    let size: u64 =
+        ok(Command::new("docker").args(["image", "inspect", "-f", "{{.Size}}", &image()]))
+            .trim()
+            .parse()
+            .expect("docker reports the image size");
     eprintln!(
         "image {}: {size} bytes ({:.1} MiB), built in {:.0}s",
         image(),
@@ -164,7 +165,14 @@ fn bundle(test: &str, topo: &str, subnet: &str, events_port: u16) -> PathBuf {
     ok(Command::new(bin("flitctl"))
         .args(["compose", topology(topo).to_str().unwrap(), "-o"])
         .arg(&dir)
-        .args(["--subnet", subnet, "--image", &image(), "--scrape-interval", "1"])
+        .args([
+            "--subnet",
+            subnet,
+            "--image",
+            &image(),
+            "--scrape-interval",
+            "1",
+        ])
         .args(["--events", &format!("{gateway}:{events_port}")]));
     dir
 }
@@ -230,7 +238,10 @@ impl Prometheus {
                 "--config.file={}",
                 dir.join("prometheus-host.yml").display()
             ))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -686,7 +697,13 @@ fn a_stack_deploy_on_a_single_node_swarm_carries_traffic() {
     ok(Command::new(bin("flitctl"))
         .args(["compose", topology("kary-4-2.yaml").to_str().unwrap(), "-o"])
         .arg(&dir)
-        .args(["--subnet", "10.234.0.0/16", "--image", &image(), "--dns-peers"]));
+        .args([
+            "--subnet",
+            "10.234.0.0/16",
+            "--image",
+            &image(),
+            "--dns-peers",
+        ]));
     let started = Instant::now();
     ok(Command::new("docker")
         .args(["stack", "deploy", "-c", "docker-stack.yml", &stack])

@@ -271,7 +271,11 @@ fn compose_rows(
                 .and_then(|f| f.iter().find(|f| f["kind"] == fault))
                 .cloned()
                 .with_context(|| format!("no {fault} in {}", report["faults"]))?;
-            timing(serde_json::json!({ "faults": [only] }).to_string().as_bytes())
+            timing(
+                serde_json::json!({ "faults": [only] })
+                    .to_string()
+                    .as_bytes(),
+            )
         };
         rows.push(measure("compose kary-4-2", fault, 50.0, runs, once)?);
     }

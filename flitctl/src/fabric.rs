@@ -88,7 +88,11 @@ pub struct KeptConnection(std::sync::Mutex<Option<ControlClient>>);
 impl std::fmt::Debug for KeptConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let open = self.slot().is_some();
-        write!(f, "KeptConnection({})", if open { "open" } else { "closed" })
+        write!(
+            f,
+            "KeptConnection({})",
+            if open { "open" } else { "closed" }
+        )
     }
 }
 

@@ -102,13 +102,21 @@ fn float_counters(
 
 /// Sets the cumulative value of a fractional counter (e.g. seconds spent
 /// stalled), exported as a Prometheus counter. `help` is its HELP line.
-pub fn set_float_counter(name: &'static str, help: &'static str, labels: &[(&str, &str)], value: f64) {
+pub fn set_float_counter(
+    name: &'static str,
+    help: &'static str,
+    labels: &[(&str, &str)],
+    value: f64,
+) {
     let mut key = String::new();
     for (i, (k, v)) in labels.iter().enumerate() {
         if i > 0 {
             key.push(',');
         }
-        let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        let v = v
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
         key.push_str(&format!("{k}=\"{v}\""));
     }
     float_counters()
@@ -124,7 +132,10 @@ pub fn set_float_counter(name: &'static str, help: &'static str, labels: &[(&str
 fn render_float_counters() -> String {
     let mut out = String::new();
     for (name, family) in float_counters().iter() {
-        out.push_str(&format!("# HELP {name} {}\n# TYPE {name} counter\n", family.help));
+        out.push_str(&format!(
+            "# HELP {name} {}\n# TYPE {name} counter\n",
+            family.help
+        ));
         for (labels, value) in &family.series {
             out.push_str(&format!("{name}{{{labels}}} {value}\n"));
         }
@@ -146,7 +157,10 @@ mod tests {
             1.25,
         );
         let text = render_float_counters();
-        assert!(text.contains("# TYPE flitnet_test_seconds_total counter"), "{text}");
+        assert!(
+            text.contains("# TYPE flitnet_test_seconds_total counter"),
+            "{text}"
+        );
         assert!(
             text.contains("flitnet_test_seconds_total{switch=\"s\\\"0\",vc=\"1\"} 1.25"),
             "{text}"

@@ -389,13 +389,10 @@ impl Daemon for SwitchNode {
             // Bad datagrams are counted as datagrams, not flits: a family
             // of their own, so that one family has one unit.
             let family = match r {
-                flitnet_core::switch::DropReason::BadDatagram => {
-                    "flitnet_dropped_datagrams_total"
-                }
+                flitnet_core::switch::DropReason::BadDatagram => "flitnet_dropped_datagrams_total",
                 _ => "flitnet_drops_total",
             };
-            counter!(family, "switch" => sw.clone(), "reason" => r.name())
-                .absolute(c.drops.get(r));
+            counter!(family, "switch" => sw.clone(), "reason" => r.name()).absolute(c.drops.get(r));
         }
         counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
         counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())

@@ -204,7 +204,11 @@ impl SwitchReport {
     pub fn since(mut self, baseline: &SwitchReport) -> SwitchReport {
         let sub = |now: &mut u64, then: u64| *now = now.saturating_sub(then);
         for r in crate::switch::DropReason::ALL {
-            let n = self.counters.drops.get(r).saturating_sub(baseline.counters.drops.get(r));
+            let n = self
+                .counters
+                .drops
+                .get(r)
+                .saturating_sub(baseline.counters.drops.get(r));
             self.counters.drops.set(r, n);
         }
         let (c, b) = (&mut self.counters, &baseline.counters);
@@ -217,7 +221,10 @@ impl SwitchReport {
         sub(&mut self.credit_violations, baseline.credit_violations);
         sub(&mut self.rx_dropped_down, baseline.rx_dropped_down);
         for (reason, n) in self.dropped_packets.iter_mut() {
-            sub(n, baseline.dropped_packets.get(reason).copied().unwrap_or(0));
+            sub(
+                n,
+                baseline.dropped_packets.get(reason).copied().unwrap_or(0),
+            );
         }
         self.dropped_packets.retain(|_, n| *n > 0);
         let (s, b) = (&mut self.sbrp, &baseline.sbrp);

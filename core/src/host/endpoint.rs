@@ -1255,9 +1255,7 @@ mod tests {
         let (a, b) = one_way(20, InjectionVc::default(), 1);
         let source = a.source.clone();
         let mut pair = Pair::new(a, b, 1_000);
-        pair.run_until_cond(50_000_000, |p| {
-            p.eps[0].is_drained() && p.in_flight() == 0
-        });
+        pair.run_until_cond(50_000_000, |p| p.eps[0].is_drained() && p.in_flight() == 0);
         assert_eq!(pair.eps[1].report().sink.delivered_messages, 20);
         let mut second = source;
         second.max_messages = Some(12);
