@@ -892,12 +892,20 @@ impl Fabric {
         }
     }
 
-    /// Starts traffic on every host.
+    /// Starts traffic on every host. A host starts its run's figures
+    /// afresh when told to start ([`HostEndpoint::begin_run`]); were the
+    /// hosts let go one by one, a message from a host already sending
+    /// could reach one not yet told, be counted there and then wiped by
+    /// its fresh start (sent, never delivered). So injection is held on
+    /// every host first, traffic started on all, and only then let go.
+    ///
+    /// [`HostEndpoint::begin_run`]: flitnet_core::host::endpoint::HostEndpoint::begin_run
     pub fn start_traffic(&self, spec: &TrafficSpec) -> Result<()> {
-        self.broadcast(
-            |n| matches!(n, NodeRef::Host(_)),
-            |_| Request::StartTraffic { spec: spec.clone() },
-        )?;
+        let is_host = |n: NodeRef| matches!(n, NodeRef::Host(_));
+        self.broadcast(is_host, |_| Request::SetInjection { paused: true })?;
+        let started = self.broadcast(is_host, |_| Request::StartTraffic { spec: spec.clone() });
+        self.broadcast(is_host, |_| Request::SetInjection { paused: false })?;
+        started?;
         Ok(())
     }
 
