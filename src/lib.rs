@@ -1,6 +1,8 @@
 //! Support code for flitnet's end-to-end tests (in `tests/`): they start the
 //! real `flitctl`, `switchd` and `hostd` binaries, as a user would.
 
+pub mod prom;
+
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::{Command, Output};

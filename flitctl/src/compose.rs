@@ -241,6 +241,8 @@ pub fn default_controller_command() -> Vec<String> {
         &format!("{CONFIG_MOUNT}/{FABRIC_FILE}"),
         "--duration",
         "30s",
+        "--controller-metrics",
+        &format!("0.0.0.0:{METRICS_PORT}"),
     ]
     .map(String::from)
     .to_vec()
@@ -315,6 +317,12 @@ pub struct ComposeBundle {
     pub fabric: ComposeFabric,
     /// `prometheus.yml`.
     pub prometheus_yml: String,
+    /// `prometheus-host.yml`: the same scrapes for a Prometheus on the
+    /// Docker host, which cannot resolve service names: daemons by IP, the
+    /// controller where its events go (the controller container, or a
+    /// controller on the host listening on the gateway). None for a swarm
+    /// bundle, whose task addresses are not known in advance.
+    pub prometheus_host_yml: Option<String>,
     /// `.env`: settings Compose reads from the bundle's directory (see
     /// [`compose_env`]).
     pub env_file: String,
@@ -467,7 +475,11 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         .all(|d| d.data_addr.port() == DATA_PORT && d.control_addr.port() == CONTROL_PORT));
     let compose_yaml = render_compose(&configs, opts, Target::Compose)?;
     let stack_yaml = render_compose(&configs, opts, Target::Stack)?;
-    let prometheus_yml = prometheus_yml(&configs, opts)?;
+    let prometheus_yml = prometheus_yml(&configs, opts, None)?;
+    let prometheus_host_yml = match opts.dns_peers {
+        true => None,
+        false => Some(prometheus_yml_for_host(&configs, opts, events_addr)?),
+    };
     let env_file = compose_env(containers);
     Ok(ComposeBundle {
         compose_yaml,
@@ -475,6 +487,7 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         configs,
         fabric,
         prometheus_yml,
+        prometheus_host_yml,
         env_file,
         dns_peers: opts.dns_peers,
         subnet: opts.subnet,
@@ -572,6 +585,9 @@ struct Service {
     environment: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     volumes: Vec<String>,
+    /// Writable scratch space (the image has no writable directory).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tmpfs: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -651,6 +667,7 @@ fn fabric_service(
         stop_grace_period: Some("3s".into()),
         environment: Vec::new(),
         volumes: vec![format!("./configs:{CONFIG_MOUNT}:ro")],
+        tmpfs: Vec::new(),
         ports: Vec::new(),
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -698,7 +715,7 @@ fn render_compose(
         let service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
         services.insert(Value::from(c.service.clone()), to_yaml_value(&service)?);
     }
-    let controller = fabric_service(
+    let mut controller = fabric_service(
         &opts.image,
         opts.controller_command.clone(),
         CONTROLLER_SERVICE,
@@ -706,6 +723,9 @@ fn render_compose(
         configs.iter().map(|c| c.service.clone()).collect(),
         target,
     );
+    // The controller's run directory (its event log) goes to the temp dir:
+    // a tmpfs, mode 1777, since the FROM-scratch image has no /tmp.
+    controller.tmpfs = vec!["/tmp".into()];
     services.insert(CONTROLLER_SERVICE.into(), to_yaml_value(&controller)?);
 
     let monitoring = |image: &str, ip, volumes, ports, command, environment, depends_on| Service {
@@ -721,6 +741,7 @@ fn render_compose(
         stop_grace_period: None,
         environment,
         volumes,
+        tmpfs: Vec::new(),
         ports,
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -773,7 +794,7 @@ fn render_compose(
         serde_yaml_ng::to_string(&file).map_err(|e| ComposeError::Serialise(e.to_string()))?;
     let usage = match target {
         Target::Compose => {
-            "# Fabric: docker-compose up -d   Monitoring: docker-compose --profile monitoring up -d"
+            "# Fabric: docker-compose -p flitnet up -d   Monitoring: docker-compose -p flitnet --profile monitoring up -d"
         }
         Target::Stack => {
             "# Swarm: docker stack deploy -c docker-stack.yml flitnet (needs DNS-name peers, see docs)"
@@ -785,16 +806,39 @@ fn render_compose(
     ))
 }
 
-fn prometheus_yml(configs: &[NodeConfig], opts: &ComposeOptions) -> Result<String, ComposeError> {
+/// `prometheus-host.yml` ([`ComposeBundle::prometheus_host_yml`]).
+fn prometheus_yml_for_host(
+    configs: &[NodeConfig],
+    opts: &ComposeOptions,
+    events_addr: SocketAddr,
+) -> Result<String, ComposeError> {
+    let controller = SocketAddr::new(events_addr.ip(), METRICS_PORT);
+    prometheus_yml(configs, opts, Some(controller))
+}
+
+/// `prometheus.yml`: targets by service name (it resolves both under
+/// Compose and on a swarm); with `by_ip`, the host variant: daemons by
+/// address and the controller at `by_ip`.
+fn prometheus_yml(
+    configs: &[NodeConfig],
+    opts: &ComposeOptions,
+    by_ip: Option<SocketAddr>,
+) -> Result<String, ComposeError> {
     let targets = |switches: bool| -> Vec<String> {
         configs
             .iter()
             .filter(|c| matches!(c.node, NodeRef::Switch(_)) == switches)
-            .map(|c| format!("{}:{METRICS_PORT}", c.service))
+            .map(|c| match by_ip {
+                None => format!("{}:{METRICS_PORT}", c.service),
+                Some(_) => SocketAddr::new(c.config.data_addr.ip(), METRICS_PORT).to_string(),
+            })
             .collect()
     };
+    let controller = match by_ip {
+        None => format!("{CONTROLLER_SERVICE}:{METRICS_PORT}"),
+        Some(addr) => addr.to_string(),
+    };
     let interval = format!("{}s", opts.scrape_interval_s);
-    // Targets by service name: it resolves both under Compose and on a swarm.
     let doc = serde_json::json!({
         "global": { "scrape_interval": interval, "evaluation_interval": interval },
         "scrape_configs": [
@@ -803,13 +847,20 @@ fn prometheus_yml(configs: &[NodeConfig], opts: &ComposeOptions) -> Result<Strin
             { "job_name": "hostd",
               "static_configs": [ { "targets": targets(false), "labels": { "role": "host" } } ] },
             { "job_name": "flitctl",
-              "static_configs": [ { "targets": [ format!("{CONTROLLER_SERVICE}:{METRICS_PORT}") ],
+              "static_configs": [ { "targets": [ controller ],
                                    "labels": { "role": "controller" } } ] },
         ],
     });
     let body =
         serde_yaml_ng::to_string(&doc).map_err(|e| ComposeError::Serialise(e.to_string()))?;
-    Ok(format!("# Generated by `flitctl compose`.\n{body}"))
+    let what = match by_ip {
+        None => "for the bundle's prometheus service (targets by service name)",
+        Some(_) => {
+            "for a Prometheus on the Docker host (targets by address; a controller on the \
+             host serves its metrics on the gateway: --controller-metrics GATEWAY:9100)"
+        }
+    };
+    Ok(format!("# Generated by `flitctl compose` {what}.\n{body}"))
 }
 
 /// Writes the bundle under `dir`: `docker-compose.yml`, `prometheus.yml`,
@@ -842,6 +893,9 @@ pub fn write_bundle(bundle: &ComposeBundle, dir: &Path) -> anyhow::Result<()> {
         &dir.join("prometheus.yml"),
         bundle.prometheus_yml.as_bytes(),
     )?;
+    if let Some(yml) = &bundle.prometheus_host_yml {
+        write(&dir.join("prometheus-host.yml"), yml.as_bytes())?;
+    }
     let service_of: HashMap<IpAddr, &str> = bundle
         .configs
         .iter()
@@ -948,13 +1002,36 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
     };
     let bundle = generate(&topo, &opts)?;
     write_bundle(&bundle, &args.output)?;
+    let dir = args.output.display();
     eprintln!(
-        "wrote {} ({} node services, network {}): cd {} && docker-compose up -d",
-        args.output.display(),
+        "wrote {dir} ({} node services, network {})",
         bundle.configs.len(),
-        opts.subnet,
-        args.output.display()
+        opts.subnet
     );
+    if opts.dns_peers {
+        eprintln!(
+            "swarm bundle (--dns-peers): cd {dir} && docker stack deploy -c docker-stack.yml flitnet"
+        );
+    } else {
+        eprintln!(
+            "start it: cd {dir} && docker-compose -p flitnet up -d   (Compose v2: docker compose -p flitnet up -d)"
+        );
+    }
+    // Compose resolves relative paths from the bundle's directory.
+    let grafana = std::path::Path::new(&opts.grafana_dir);
+    let grafana = if grafana.is_absolute() {
+        grafana.to_path_buf()
+    } else {
+        args.output.join(grafana)
+    };
+    if !grafana.join("dashboards").is_dir() {
+        tracing::warn!(
+            "--grafana-dir {}: no dashboards at {}; the monitoring profile's Grafana would \
+             start empty (give the repository's grafana/ directory, absolute or relative to {dir})",
+            opts.grafana_dir,
+            grafana.join("dashboards").display()
+        );
+    }
     Ok(())
 }
 

@@ -79,6 +79,12 @@ impl<'a> Controller<'a> {
         }
     }
 
+    /// Takes `links` as down and already routed around (down when the run
+    /// started, with no event to say so).
+    pub fn assume_down(&mut self, links: &[LinkId]) {
+        self.decider.assume_down(self.topo, links);
+    }
+
     /// Links the daemons say are down (either end reported it).
     pub fn detected_faults(&self) -> BTreeSet<LinkId> {
         self.decider.detected_faults(self.topo)
@@ -171,8 +177,9 @@ impl<'a> Controller<'a> {
         let result =
             decide::tables_around(self.topo, &self.policy.engine, self.policy.vcs, &faults)
                 .map(|t| (t, started.elapsed()));
+        let cut_off = self.cut_off_switches(&reroute.faulty);
         let result = result.and_then(|(t, computed)| {
-            let swap = self.install(&t)?;
+            let swap = self.install(&t, &cut_off)?;
             Ok((t, computed, swap))
         });
         match result {
@@ -195,18 +202,47 @@ impl<'a> Controller<'a> {
                 self.tables = tables;
                 self.decider.routed(reroute);
                 self.reroutes += 1;
+                // Only now, since asking a dead switch costs a connect
+                // timeout: is a switch the faults cut off dead?
+                if !cut_off.is_empty() {
+                    self.find_dead_switches();
+                }
             }
             Err(e) => self.reroute_failed(failed_links, e),
         }
     }
 
-    /// Swaps `tables` in. A switch that died on its own (its container
+    /// Live switches every cabled link of which is in `faulty`: no flit
+    /// reaches them, and when their neighbours all lost them at once they
+    /// are most likely dead (a killed container), so the install does not
+    /// wait for them.
+    fn cut_off_switches(&self, faulty: &BTreeSet<LinkId>) -> Vec<flitnet_core::topology::SwitchId> {
+        (0..self.topo.num_switches() as u32)
+            .filter(|&s| {
+                let node = NodeRef::Switch(s);
+                let links = links_of(self.topo, node);
+                !self.fabric.daemons[self.fabric.daemon_of(node)].dead
+                    && !links.is_empty()
+                    && links.iter().all(|l| faulty.contains(l))
+            })
+            .collect()
+    }
+
+    /// Swaps `tables` in on every switch but those `cut_off` by the
+    /// faults. A switch that died on its own (its container
     /// killed, say) before its neighbours all reported it fails the
     /// install: it is found, recorded as lost, and skipped, and the install
     /// is retried.
-    fn install(&mut self, tables: &RoutingTables) -> anyhow::Result<crate::fabric::Swap> {
+    fn install(
+        &mut self,
+        tables: &RoutingTables,
+        cut_off: &[flitnet_core::topology::SwitchId],
+    ) -> anyhow::Result<crate::fabric::Swap> {
         loop {
-            match self.fabric.swap_routes(tables, self.policy.reconfiguration) {
+            match self
+                .fabric
+                .swap_routes_except(tables, self.policy.reconfiguration, cut_off)
+            {
                 Ok(swap) => return Ok(swap),
                 Err(e) => {
                     if self.find_dead_switches() == 0 {
@@ -350,9 +386,11 @@ pub fn fault_timing(
         .iter()
         .flat_map(|&e| watched_ends(topo, e))
         .collect();
+    // The earliest by the daemons' own clocks, not the first to arrive:
+    // events from several neighbours race over UDP.
     let detected = records
         .iter()
-        .find(|r| {
+        .filter(|r| {
             r.time_ns >= t0
                 && !r.is_controller()
                 && (if repair {
@@ -366,6 +404,7 @@ pub fn fault_timing(
                         .any(|e| e.port == port && topo.node_name(e.node) == r.source)
                 })
         })
+        .min_by_key(|r| r.time_ns)
         .cloned();
     let links: Vec<LinkId> = elements
         .iter()

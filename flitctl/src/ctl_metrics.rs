@@ -30,10 +30,10 @@ pub fn install(addr: SocketAddr) -> Result<()> {
     Ok(())
 }
 
-/// Metric name of a fault kind: the event log's `link-down` becomes the
-/// label value `link_down`.
+/// Label value of a fault kind: the event log's and the report's own
+/// spelling (`link-down`, `switch-lost`), one spelling everywhere.
 fn kind_label(kind: &str) -> String {
-    kind.replace('-', "_")
+    kind.to_string()
 }
 
 /// Counts one fault event and stamps its wall-clock time (for Grafana
@@ -58,8 +58,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_kinds_become_snake_case_labels() {
-        assert_eq!(kind_label("link-down"), "link_down");
-        assert_eq!(kind_label("switch-lost"), "switch_lost");
+    fn event_kinds_keep_their_report_spelling_as_labels() {
+        assert_eq!(kind_label("link-down"), "link-down");
+        assert_eq!(kind_label("switch-lost"), "switch-lost");
     }
 }

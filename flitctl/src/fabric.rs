@@ -79,6 +79,90 @@ pub struct Daemon {
     /// Its start time and executable, for `state.json` (None for an
     /// attached daemon).
     pub process: Option<ProcessId>,
+    /// The control connection kept open between requests
+    /// ([`Fabric::broadcast`]).
+    pub conn: KeptConnection,
+}
+
+/// A control connection kept open: a fault's table installs cost one round
+/// trip per switch, not a TCP handshake and a server thread each.
+#[derive(Default)]
+pub struct KeptConnection(std::sync::Mutex<Option<ControlClient>>);
+
+impl std::fmt::Debug for KeptConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open = self.slot().is_some();
+        write!(
+            f,
+            "KeptConnection({})",
+            if open { "open" } else { "closed" }
+        )
+    }
+}
+
+impl KeptConnection {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<ControlClient>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the connection (its daemon was killed or restarted).
+    pub fn close(&self) {
+        *self.slot() = None;
+    }
+
+    /// Sends `request` on the kept connection, opening one first if none
+    /// is open. A kept connection the daemon closed meanwhile (idle
+    /// timeout) fails before the request is read: the request is sent
+    /// again once on a new connection. A timeout is not retried (the
+    /// daemon may be working on it). Any failure closes the connection.
+    fn call(
+        &self,
+        addr: SocketAddr,
+        token: &str,
+        request: Request,
+        timeout: Option<Duration>,
+    ) -> Result<Reply> {
+        let mut slot = self.slot();
+        let reused = slot.is_some();
+        let mut client = match slot.take() {
+            Some(c) => c,
+            None => ControlClient::connect(addr, token)?,
+        };
+        client.set_timeout(timeout.unwrap_or(Duration::from_secs(30)))?;
+        match client.call(request.clone()) {
+            Ok(response) => {
+                *slot = Some(client);
+                reply_of(response)
+            }
+            Err(e) if reused && !is_timeout(&e) => {
+                let mut client = ControlClient::connect(addr, token)?;
+                client.set_timeout(timeout.unwrap_or(Duration::from_secs(30)))?;
+                let response = client.call(request)?;
+                *slot = Some(client);
+                reply_of(response)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn reply_of(response: flitnet_core::control::Response) -> Result<Reply> {
+    match response {
+        flitnet_core::control::Response::Ok { body } => Ok(body),
+        flitnet_core::control::Response::Error { message } => bail!("{message}"),
+    }
+}
+
+/// Whether a control call failed for want of an answer in time.
+fn is_timeout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        })
+    })
 }
 
 /// A running fabric. Dropping it kills every daemon that is still running,
@@ -484,6 +568,7 @@ impl Fabric {
                 bin,
                 config_path: cfg_path,
                 process,
+                conn: KeptConnection::default(),
             });
             fabric.save_state()?;
         }
@@ -541,6 +626,7 @@ impl Fabric {
                     bin: PathBuf::new(),
                     config_path: PathBuf::new(),
                     process: None,
+                    conn: KeptConnection::default(),
                 })
                 .collect(),
             run_dir,
@@ -567,6 +653,7 @@ impl Fabric {
     /// ([`stalled_daemons`]).
     pub fn mark_dead(&mut self, i: usize) {
         self.daemons[i].dead = true;
+        self.daemons[i].conn.close();
         let name = self.daemons[i].name.clone();
         stalled().entry(i).or_insert_with(|| {
             (
@@ -693,15 +780,11 @@ impl Fabric {
                         part.iter()
                             .map(|&i| {
                                 let node = self.daemons[i].node;
-                                let body = self
-                                    .client(i)
-                                    .and_then(|mut c| {
-                                        if let Some(t) = timeout {
-                                            c.set_timeout(t)?;
-                                        }
-                                        c.call_ok(request(node))
-                                    })
-                                    .with_context(|| self.daemons[i].name.clone());
+                                let d = &self.daemons[i];
+                                let body = d
+                                    .conn
+                                    .call(d.control_addr, &self.token, request(node), timeout)
+                                    .with_context(|| d.name.clone());
                                 (node, body)
                             })
                             .collect()
@@ -744,6 +827,15 @@ impl Fabric {
 
     /// Installs one table per switch.
     pub fn install_routes(&self, tables: &RoutingTables) -> Result<()> {
+        self.install_routes_except(tables, &[])
+    }
+
+    /// Installs one table per switch but those in `skip` (switches the
+    /// faults cut off: no flit reaches them, and one that is dead would
+    /// hold the install up for a whole connect timeout). The tables go out
+    /// in parallel over the kept control connections; this returns with
+    /// the last switch's acknowledgement.
+    pub fn install_routes_except(&self, tables: &RoutingTables, skip: &[SwitchId]) -> Result<()> {
         anyhow::ensure!(
             tables.switches.len() == self.topo.num_switches(),
             "routing has {} tables for {} switches",
@@ -751,7 +843,7 @@ impl Fabric {
             self.topo.num_switches()
         );
         self.broadcast(
-            |n| matches!(n, NodeRef::Switch(_)),
+            |n| matches!(n, NodeRef::Switch(s) if !skip.contains(&s)),
             |n| {
                 let NodeRef::Switch(s) = n else {
                     unreachable!()
@@ -772,8 +864,19 @@ impl Fabric {
     /// together form a cycle (e-cube and up*/down* on a hypercube: seen
     /// wedging VC 0). Hosts are resumed even when the install fails.
     pub fn swap_routes(&self, tables: &RoutingTables, how: Reconfiguration) -> Result<Swap> {
+        self.swap_routes_except(tables, how, &[])
+    }
+
+    /// [`Fabric::swap_routes`], leaving out the switches in `skip` (see
+    /// [`Fabric::install_routes_except`]).
+    pub fn swap_routes_except(
+        &self,
+        tables: &RoutingTables,
+        how: Reconfiguration,
+        skip: &[SwitchId],
+    ) -> Result<Swap> {
         let Reconfiguration::Quiesced { drain_timeout } = how else {
-            self.install_routes(tables)?;
+            self.install_routes_except(tables, skip)?;
             return Ok(Swap::default());
         };
         let started = Instant::now();
@@ -784,7 +887,7 @@ impl Fabric {
         let drained = paused.and_then(|_| self.wait_in_flight_zero(started + wall(drain_timeout)));
         let drain = emulated(started.elapsed());
         let installed = match &drained {
-            Ok(_) => self.install_routes(tables),
+            Ok(_) => self.install_routes_except(tables, skip),
             Err(_) => Ok(()),
         };
         let resumed = self.broadcast(is_host, |_| Request::SetInjection { paused: false });
@@ -799,6 +902,13 @@ impl Fabric {
                 paused_ms: emulated(started.elapsed()).as_secs_f64() * 1e3,
             }),
         })
+    }
+
+    /// Waits (at most `timeout`) until no daemon has a flit in flight —
+    /// what a previous run left in a long-lived fabric has landed — and
+    /// returns `None`, or what the last reading still counted.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<Option<u64>> {
+        self.wait_in_flight_zero(Instant::now() + timeout)
     }
 
     /// Polls every live daemon's in-flight flits until two readings in a
@@ -836,12 +946,20 @@ impl Fabric {
         }
     }
 
-    /// Starts traffic on every host.
+    /// Starts traffic on every host. A host starts its run's figures
+    /// afresh when told to start ([`HostEndpoint::begin_run`]); were the
+    /// hosts let go one by one, a message from a host already sending
+    /// could reach one not yet told, be counted there and then wiped by
+    /// its fresh start (sent, never delivered). So injection is held on
+    /// every host first, traffic started on all, and only then let go.
+    ///
+    /// [`HostEndpoint::begin_run`]: flitnet_core::host::endpoint::HostEndpoint::begin_run
     pub fn start_traffic(&self, spec: &TrafficSpec) -> Result<()> {
-        self.broadcast(
-            |n| matches!(n, NodeRef::Host(_)),
-            |_| Request::StartTraffic { spec: spec.clone() },
-        )?;
+        let is_host = |n: NodeRef| matches!(n, NodeRef::Host(_));
+        self.broadcast(is_host, |_| Request::SetInjection { paused: true })?;
+        let started = self.broadcast(is_host, |_| Request::StartTraffic { spec: spec.clone() });
+        self.broadcast(is_host, |_| Request::SetInjection { paused: false })?;
+        started?;
         Ok(())
     }
 
@@ -914,6 +1032,7 @@ impl Fabric {
     pub fn kill(&mut self, node: NodeRef) -> Result<()> {
         let i = self.daemon_of(node);
         self.daemons[i].dead = true;
+        self.daemons[i].conn.close();
         if let Some(mut child) = self.daemons[i].child.take() {
             child
                 .kill()
@@ -949,6 +1068,7 @@ impl Fabric {
         d.pid = child.id();
         d.child = Some(child);
         d.dead = false;
+        d.conn.close();
         self.wait_one_ready(i, Instant::now() + timeout)?;
         self.save_state()
     }

@@ -5,6 +5,7 @@ pub mod analyze_faults;
 pub mod bench;
 pub mod bench_baseline;
 pub mod bench_fidelity;
+pub mod bench_reroute;
 pub mod bench_routes;
 pub mod bench_saturation;
 pub mod bench_sim;

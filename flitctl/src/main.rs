@@ -110,6 +110,9 @@ enum BenchCommand {
     /// for a 4-ary 2-tree, an 8-ary 3-tree and the 8,640-host PGFT, the
     /// timing-wheel queue against the binary heap in the same run.
     Sim(bench_sim::BenchSimArgs),
+    /// Fault detection to new tables installed, for a killed link and a
+    /// killed switch, on local fabrics and (with --image) Compose.
+    Reroute(flitctl::bench_reroute::BenchRerouteArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -166,6 +169,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
         Command::Bench(BenchCommand::Sim(args)) => bench_sim::run(args),
+        Command::Bench(BenchCommand::Reroute(args)) => flitctl::bench_reroute::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::Reproduce { args } => flitctl::experiments::reproduce(&args),
         Command::Compose(args) => compose::run(args),

@@ -337,6 +337,10 @@ pub struct RunReport {
     pub latency: Latency,
     /// Flits dropped by switches, by reason.
     pub drops: BTreeMap<String, u64>,
+    /// Datagrams switches dropped whole because they could not decode
+    /// them (`bad-datagram`; counted in datagrams, not flits).
+    #[serde(default)]
+    pub bad_datagrams: u64,
     pub faults: Vec<FaultTiming>,
     /// Flits that arrived at a full buffer (hosts and switches): must be 0.
     pub credit_violations: u64,
@@ -361,6 +365,10 @@ pub struct RunReport {
     /// (docs/fidelity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fidelity: Option<crate::fidelity::Fidelity>,
+    /// What makes the figures less than they seem (e.g. no daemon event
+    /// can reach the controller, so it saw no fault it did not inject).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Hosts the faults cut off: those outside the largest connected part of
@@ -491,10 +499,13 @@ impl RunReport {
         }
         p50.sort_unstable();
         let mut drops = BTreeMap::new();
+        let mut bad_datagrams = 0;
         for (_, r) in &switches {
             for reason in DropReason::ALL {
                 let n = r.counters.drops.get(reason);
-                if n > 0 {
+                if reason == DropReason::BadDatagram {
+                    bad_datagrams += n;
+                } else if n > 0 {
                     *drops.entry(reason.name().to_string()).or_insert(0) += n;
                 }
             }
@@ -529,6 +540,7 @@ impl RunReport {
                 max_us: max as f64 / 1e3,
             },
             drops,
+            bad_datagrams,
             faults,
             credit_violations,
             // Missing counts cannot be called lossless.
@@ -538,6 +550,7 @@ impl RunReport {
             interrupted: crate::interrupt::received().map(str::to_string),
             unanswered,
             fidelity: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -558,6 +571,9 @@ impl fmt::Display for RunReport {
         )?;
         for who in &self.unanswered {
             writeln!(f, "  stalled     {who}: its counts are missing")?;
+        }
+        for warning in &self.warnings {
+            writeln!(f, "  warning     {warning}")?;
         }
         let x = self
             .fidelity
@@ -616,6 +632,13 @@ impl fmt::Display for RunReport {
         } else {
             let d: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
             writeln!(f, "  drops       {}", d.join("  "))?;
+        }
+        if self.bad_datagrams > 0 {
+            writeln!(
+                f,
+                "  datagrams   {} dropped undecodable (bad-datagram)",
+                self.bad_datagrams
+            )?;
         }
         for fault in &self.faults {
             let opt = |x: Option<f64>| x.map_or("never".to_string(), |v| format!("{v:.1} ms"));

@@ -13,7 +13,7 @@ use crate::controller::{
 };
 use crate::ctl_metrics;
 use crate::events::{ControllerEvent, Event, EventLog, Record};
-use crate::fabric::{Fabric, Reconfiguration, ReconfigurationChoice};
+use crate::fabric::{Fabric, HostReports, Reconfiguration, ReconfigurationChoice, SwitchReports};
 use crate::parse::{parse_duration, parse_link};
 use crate::report::{self, FaultTiming, RunReport};
 use crate::route::compute_routes;
@@ -21,9 +21,9 @@ use crate::traffic::TrafficArgs;
 use crate::up::Recovery;
 use anyhow::{bail, Result};
 use clap::Args;
-use flitnet_core::control::TrafficSpec;
+use flitnet_core::control::{HostDaemonReport, SwitchReport, TrafficSpec};
 use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, Topology};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -105,6 +105,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         let port = description.events_addr.map_or(0, |a| a.port());
         SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
     });
+    let events_problem = event_path_problem(&description, events_bind);
+    if let Some(problem) = &events_problem {
+        tracing::warn!("{problem}");
+    }
     let events = EventLog::start(events_bind, log_file.as_deref(), &description.token)?;
     if let Some(addr) = args.controller_metrics {
         ctl_metrics::install(addr)?;
@@ -165,6 +169,34 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.ready_timeout,
     )?;
     let bring_up = started.elapsed();
+    // The fabric may have run traffic for an earlier controller: what that
+    // run left in flight lands first, then the switches' and hosts'
+    // counters are taken as this run's baseline (hosts also start their
+    // delivery figures afresh when traffic starts), so the report
+    // describes this run alone.
+    if let Some(left) = fabric.wait_idle(wall(Duration::from_secs(5)))? {
+        tracing::warn!(flits = left, "flits of an earlier run still in flight");
+    }
+    let baseline = Baseline::take(&fabric)?;
+    // Links a daemon already reports down (disabled, or its peer silent)
+    // are routed around from the start, like --fail-link ones.
+    let mut down_links = down_links;
+    let found_down = baseline.links_down(&topo);
+    let mut tables = tables;
+    if !found_down.iter().all(|l| down_links.contains(l)) {
+        let names: Vec<String> = found_down.iter().map(|&l| link_name(&topo, l)).collect();
+        tracing::warn!(
+            links = %names.join(" "),
+            "links already down when the run starts: routed around from the start"
+        );
+        for l in found_down {
+            if !down_links.contains(&l) {
+                down_links.push(l);
+            }
+        }
+        let faults = FaultSet::with_links(down_links.iter().copied());
+        tables = compute_routes(&topo, &args.engine, &faults)?;
+    }
     for &l in &down_links {
         fabric.set_link(l, false)?;
     }
@@ -174,12 +206,14 @@ pub fn run(args: RunArgs) -> Result<()> {
         down_links.clone(),
     ));
     eprintln!(
-        "fabric attached: {} switches, {} hosts answered in {:.2}s (events on {}, log {:?})",
+        "fabric attached: {} switches, {} hosts answered in {:.2}s (events on {}, log {})",
         topo.num_switches(),
         topo.num_hosts(),
         bring_up.as_secs_f64(),
         events.addr(),
         log_file
+            .as_deref()
+            .map_or("none".into(), |p| p.display().to_string())
     );
     let spec = TrafficSpec {
         pattern: args.traffic.pattern.clone(),
@@ -201,7 +235,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         vcs: description.params.vcs,
     };
     let mut ctl = Controller::new(&topo, fabric, events.clone(), tables.clone(), policy);
+    ctl.assume_down(&down_links);
     let mut pending_kill = kill_link;
+    let mut killed = None;
     // Faults are watched for during the traffic phase and the drain after it.
     let watch_until = traffic_start + wall(args.traffic.duration + Duration::from_secs(1));
     while Instant::now() < watch_until {
@@ -214,6 +250,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             pending_kill.filter(|_| Instant::now() >= traffic_start + wall(args.kill_at))
         {
             pending_kill = None;
+            killed = Some(l);
             let started_ns = flitnet_runtime::clock::now_ns();
             ctl.fabric.set_link(l, false)?;
             let what = link_name(&topo, l);
@@ -225,10 +262,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     // A switch that died too late for its neighbours to report it must
     // still not fail the report.
     ctl.find_dead_switches();
-    let fault_log = fault_log(&topo, &events.snapshot(), &down_links);
     let fabric = ctl.fabric;
-    let reports = report::drain(&fabric, wall(Duration::from_secs(5)))?;
-    let switch_reports = fabric.switch_reports()?;
+    let reports = baseline.hosts_since(report::drain(&fabric, wall(Duration::from_secs(5)))?);
+    let switch_reports = baseline.switches_since(fabric.switch_reports()?);
+    // Read after the drain: a fault detected after the traffic window
+    // (a switch killed near its end) still has its detection logged.
+    let fault_log = fault_log(&topo, &events.snapshot(), &down_links);
     let fidelity = crate::fidelity::judge(
         &crate::fidelity::Context {
             topo: &topo,
@@ -250,6 +289,15 @@ pub fn run(args: RunArgs) -> Result<()> {
         bring_up,
     );
     run.fidelity = Some(fidelity);
+    run.warnings.extend(events_problem);
+    // The link this run killed is this run's fault: the fabric is left as
+    // found for the next run (which would otherwise route through a
+    // disabled port it has no event about).
+    if let Some(l) = killed.filter(|_| !args.shutdown) {
+        if let Err(e) = fabric.set_link(l, true) {
+            tracing::warn!(error = %format!("{e:#}"), "could not bring the killed link back up");
+        }
+    }
     if args.shutdown {
         let still = shut_down_remote(&fabric, Duration::from_secs(5));
         if !still.is_empty() {
@@ -265,6 +313,95 @@ pub fn run(args: RunArgs) -> Result<()> {
         print!("{run}");
     }
     Ok(())
+}
+
+/// The daemons' counters when this run started (see [`Baseline::take`]).
+struct Baseline {
+    hosts: BTreeMap<NodeRef, HostDaemonReport>,
+    switches: BTreeMap<NodeRef, SwitchReport>,
+}
+
+impl Baseline {
+    fn take(fabric: &Fabric) -> Result<Baseline> {
+        Ok(Baseline {
+            hosts: fabric.host_reports()?.into_iter().collect(),
+            switches: fabric.switch_reports()?.into_iter().collect(),
+        })
+    }
+
+    /// Links some end of which a daemon reported down at the baseline.
+    fn links_down(&self, topo: &Topology) -> Vec<LinkId> {
+        let states = self
+            .switches
+            .iter()
+            .flat_map(|(&n, r)| r.links.iter().map(move |l| (n, l)))
+            .chain(
+                self.hosts
+                    .iter()
+                    .flat_map(|(&n, r)| r.links.iter().map(move |l| (n, l))),
+            );
+        let mut down: Vec<LinkId> = states
+            .filter(|(_, l)| !l.up)
+            .filter_map(|(node, l)| topo.link_at(PortRef { node, port: l.port }))
+            .collect();
+        down.sort_unstable();
+        down.dedup();
+        down
+    }
+
+    fn hosts_since(&self, reports: HostReports) -> HostReports {
+        reports
+            .into_iter()
+            .map(|(n, r)| match self.hosts.get(&n) {
+                Some(b) => (n, r.since(b)),
+                None => (n, r),
+            })
+            .collect()
+    }
+
+    fn switches_since(&self, reports: SwitchReports) -> SwitchReports {
+        reports
+            .into_iter()
+            .map(|(n, r)| match self.switches.get(&n) {
+                Some(b) => (n, r.since(b)),
+                None => (n, r),
+            })
+            .collect()
+    }
+}
+
+/// Why the daemons' events would not reach this controller, if they would
+/// not: then it hears of no fault it did not inject (a container killed,
+/// a cable cut), never re-routes around one, and its report cannot say why
+/// messages were lost.
+fn event_path_problem(fabric: &ComposeFabric, bind: SocketAddr) -> Option<String> {
+    let unseen = "faults this controller does not inject (docker kill, a cut network) go unnoticed";
+    let Some(target) = fabric.events_addr else {
+        return Some(format!(
+            "the fabric description names no event address: the daemons send no events, so {unseen}"
+        ));
+    };
+    if target.port() != bind.port() {
+        return Some(format!(
+            "the daemons send their events to port {}, this controller listens on {bind}: {unseen}",
+            target.port()
+        ));
+    }
+    // A swarm's daemons send to the controller service by name.
+    if fabric.dns_names {
+        return None;
+    }
+    let local = std::net::UdpSocket::bind(SocketAddr::new(target.ip(), 0)).is_ok();
+    if !local || (!bind.ip().is_unspecified() && bind.ip() != target.ip()) {
+        return Some(format!(
+            "the daemons send their events to {target}, which this controller does not listen \
+             on (not an address of this machine, or not --events): {unseen}; run the \
+             controller service of the bundle, or write the bundle with `flitctl compose \
+             --events <gateway>:{}` for a controller on the Docker host (docs/compose.md)",
+            target.port()
+        ));
+    }
+    None
 }
 
 /// Asks every live daemon of a fabric we did not start (containers) to exit,

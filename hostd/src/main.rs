@@ -219,6 +219,7 @@ impl Daemon for HostNode {
                     })
                 }) {
                     Ok(()) => {
+                        self.endpoint.begin_run();
                         self.endpoint.start(now);
                         tracing::info!(pattern = %spec.pattern, load = spec.load, "traffic started");
                         Response::ok()

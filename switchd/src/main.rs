@@ -355,8 +355,12 @@ impl Daemon for SwitchNode {
                 ];
                 counter!("flitnet_port_tx_flits_total", &labels).absolute(vc.tx_flits);
                 counter!("flitnet_port_rx_flits_total", &labels).absolute(vc.rx_flits);
-                gauge!("flitnet_port_credit_stall_seconds", &labels)
-                    .set(vc.credit_stall_ns as f64 / 1e9);
+                flitnet_runtime::telemetry::set_float_counter(
+                    "flitnet_port_credit_stall_seconds_total",
+                    "Time with flits waiting and no credit (cumulative).",
+                    &[("switch", &sw), ("port", &port), ("vc", &v.to_string())],
+                    vc.credit_stall_ns as f64 / 1e9,
+                );
                 gauge!("flitnet_port_buffer_occupancy_flits", &labels).set(vc.occupancy as f64);
             }
             let labels = [("switch", sw.clone()), ("port", port.clone())];
@@ -372,7 +376,7 @@ impl Daemon for SwitchNode {
             gauge!("flitnet_port_up", &labels).set(if up { 1.0 } else { 0.0 });
             for (kind, v) in [
                 ("crc", pc.crc_errors),
-                ("seq_gap", pc.seq_gaps),
+                ("seq-gap", pc.seq_gaps),
                 ("malformed", pc.bad_datagrams),
             ] {
                 counter!("flitnet_link_errors_total", "switch" => sw.clone(), "port" => port.clone(), "kind" => kind).absolute(v);
@@ -382,8 +386,13 @@ impl Daemon for SwitchNode {
             }
         }
         for r in flitnet_core::switch::DropReason::ALL {
-            counter!("flitnet_drops_total", "switch" => sw.clone(), "reason" => r.name())
-                .absolute(c.drops.get(r));
+            // Bad datagrams are counted as datagrams, not flits: a family
+            // of their own, so that one family has one unit.
+            let family = match r {
+                flitnet_core::switch::DropReason::BadDatagram => "flitnet_dropped_datagrams_total",
+                _ => "flitnet_drops_total",
+            };
+            counter!(family, "switch" => sw.clone(), "reason" => r.name()).absolute(c.drops.get(r));
         }
         counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
         counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())
@@ -426,13 +435,17 @@ fn describe_metrics() {
         ),
         (
             "flitnet_link_errors_total",
-            "Link errors by kind (crc, seq_gap, malformed).",
+            "Link errors by kind (crc, seq-gap, malformed).",
         ),
         (
             "flitnet_port_link_retrains_total",
             "Link error recoveries the port went through (origin local: it detected the error; peer: the peer sent a link reset).",
         ),
         ("flitnet_drops_total", "Flits dropped, by reason."),
+        (
+            "flitnet_dropped_datagrams_total",
+            "Datagrams dropped whole, by reason (bad-datagram: undecodable).",
+        ),
         (
             "flitnet_reroutes_total",
             "Packets sent around a dead port by dynamic local rerouting.",
@@ -461,10 +474,6 @@ fn describe_metrics() {
         describe_counter!(name, help);
     }
     for (name, help) in [
-        (
-            "flitnet_port_credit_stall_seconds",
-            "Cumulative time with flits waiting and no credit.",
-        ),
         (
             "flitnet_port_buffer_occupancy_flits",
             "Flits in the input buffer.",

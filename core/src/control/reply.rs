@@ -202,6 +202,47 @@ impl SwitchReport {
     pub fn dropped_flits(&self) -> u64 {
         self.counters.drops.total()
     }
+
+    /// This report's counts of a run, less what `baseline` (the same
+    /// switch's report when the run started) had already counted: a
+    /// switch's counters grow over its whole life, a report describes one
+    /// run. Figures that are states, not counts (links, occupancy, the
+    /// event loop's), are this report's.
+    pub fn since(mut self, baseline: &SwitchReport) -> SwitchReport {
+        let sub = |now: &mut u64, then: u64| *now = now.saturating_sub(then);
+        for r in crate::switch::DropReason::ALL {
+            let n = self
+                .counters
+                .drops
+                .get(r)
+                .saturating_sub(baseline.counters.drops.get(r));
+            self.counters.drops.set(r, n);
+        }
+        let (c, b) = (&mut self.counters, &baseline.counters);
+        sub(&mut c.truncated_packets, b.truncated_packets);
+        sub(&mut c.events_lost, b.events_lost);
+        sub(&mut c.reroutes, b.reroutes);
+        sub(&mut c.intermediate_pops, b.intermediate_pops);
+        sub(&mut c.misroute_hops, b.misroute_hops);
+        sub(&mut c.hoq_discards, b.hoq_discards);
+        sub(&mut self.credit_violations, baseline.credit_violations);
+        sub(&mut self.rx_dropped_down, baseline.rx_dropped_down);
+        for (reason, n) in self.dropped_packets.iter_mut() {
+            sub(
+                n,
+                baseline.dropped_packets.get(reason).copied().unwrap_or(0),
+            );
+        }
+        self.dropped_packets.retain(|_, n| *n > 0);
+        let (s, b) = (&mut self.sbrp, &baseline.sbrp);
+        sub(&mut s.rrq_sent, b.rrq_sent);
+        sub(&mut s.nft_generated, b.nft_generated);
+        sub(&mut s.cut_packets, b.cut_packets);
+        sub(&mut s.rrq_overflow, b.rrq_overflow);
+        sub(&mut s.shadow_reports, b.shadow_reports);
+        sub(&mut s.rrq_parked, b.rrq_parked);
+        self
+    }
 }
 
 /// A host link's errors and recoveries (docs/wire.md, "Link errors and
@@ -238,6 +279,24 @@ pub struct HostDaemonReport {
 }
 
 impl HostDaemonReport {
+    /// This report's link counts less `baseline`'s (the same host's report
+    /// when the run started; see [`SwitchReport::since`]). The endpoint's
+    /// figures need nothing: a host starts them afresh with every run
+    /// ([`HostEndpoint::begin_run`]).
+    pub fn since(mut self, baseline: &HostDaemonReport) -> HostDaemonReport {
+        let sub = |now: &mut u64, then: u64| *now = now.saturating_sub(then);
+        sub(&mut self.credit_violations, baseline.credit_violations);
+        let (l, b) = (&mut self.link, &baseline.link);
+        sub(&mut l.crc_errors, b.crc_errors);
+        sub(&mut l.bad_datagrams, b.bad_datagrams);
+        sub(&mut l.seq_gaps, b.seq_gaps);
+        sub(&mut l.lost_flits, b.lost_flits);
+        sub(&mut l.link_errors, b.link_errors);
+        sub(&mut l.peer_link_resets, b.peer_link_resets);
+        sub(&mut l.retrains, b.retrains);
+        self
+    }
+
     /// What host `name` reports of its endpoint (the event loop's figures
     /// are the daemon's to add). A host on one-way links has a receive
     /// link too: its errors and overflows count with the sending link's.

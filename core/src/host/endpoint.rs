@@ -325,7 +325,8 @@ impl HostEndpoint {
     /// keep their state (the sink now expects the new payload size); messages
     /// still queued in the old source are dropped, and packets already on
     /// their way out finish (so no worm is left open in the switch) and are
-    /// counted by the new source's `packets_sent`.
+    /// counted by the new source's `packets_sent`. Message numbers go on
+    /// from the old source's, so none is reused.
     pub fn set_source(&mut self, cfg: SourceConfig, seed: u64) -> Result<(), ConfigError> {
         let host = self.cfg.host;
         check_flit_fits(host, cfg.payload_bytes, &self.cfg.link)?;
@@ -491,6 +492,24 @@ impl HostEndpoint {
         self.tick(now);
         self.started_at.get_or_insert(now);
         self.source.start(now);
+    }
+
+    /// Begins a new run on a host that may have run traffic before (a
+    /// controller attached again to a long-lived fabric): the report's
+    /// figures (sink counters and latencies, SBRP and intermediate-node
+    /// counters, abandoned packets, the throughput window) start from
+    /// zero, so it describes this run alone. Message numbers go on (see
+    /// [`HostEndpoint::set_source`]) and the sink keeps what tells a
+    /// duplicate from a new message.
+    pub fn begin_run(&mut self) {
+        self.sink.begin_run();
+        self.started_at = None;
+        self.abandoned_packets = 0;
+        self.sbrp_stats = SbrpStats::default();
+        self.in_stats = IntermediateStats {
+            table: self.in_stats.table.clone(),
+            ..IntermediateStats::default()
+        };
     }
 
     /// Stops generating; what is queued is still sent.
@@ -1325,6 +1344,43 @@ mod tests {
             .map(|d| split_message_id(d.msg).1 as u64)
             .collect();
         assert_eq!(seqs, (0..20).collect::<Vec<_>>(), "in order, once each");
+    }
+
+    /// A second run on the same hosts (a controller attached again to a
+    /// long-lived fabric): its report counts its own messages only, and
+    /// its message numbers are new, so the receiver sees no duplicate.
+    #[test]
+    fn a_second_run_reports_itself_alone_and_reuses_no_message_number() {
+        let (a, b) = one_way(20, InjectionVc::default(), 1);
+        let source = a.source.clone();
+        let mut pair = Pair::new(a, b, 1_000);
+        pair.run_until_cond(50_000_000, |p| p.eps[0].is_drained() && p.in_flight() == 0);
+        assert_eq!(pair.eps[1].report().sink.delivered_messages, 20);
+        let mut second = source;
+        second.max_messages = Some(12);
+        pair.eps[0].set_source(second, 7).unwrap();
+        for ep in &mut pair.eps {
+            ep.begin_run();
+        }
+        let now = pair.now;
+        pair.eps[0].start(now);
+        pair.eps[1].start(now);
+        pair.run_until_cond(now + 50_000_000, |p| {
+            p.eps[0].is_drained() && p.in_flight() == 0
+        });
+        let [a, b] = &pair.eps;
+        check_clean(b, true);
+        assert_eq!(a.report().source.messages_sent, 12);
+        let sink = b.report();
+        assert_eq!(sink.sink.delivered_messages, 12, "{:?}", sink.sink);
+        assert_eq!(sink.delivered_from.get(&0), Some(&12));
+        assert_eq!(sink.latency_ns.count, 12);
+        let seqs: Vec<u32> = b
+            .delivery_trace()
+            .iter()
+            .map(|d| split_message_id(d.msg).1)
+            .collect();
+        assert_eq!(seqs, (20..32).collect::<Vec<_>>(), "numbers go on");
     }
 
     /// With one lane per VC, every packet partly sent at the pause

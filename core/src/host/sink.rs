@@ -311,6 +311,24 @@ impl Sink {
         self.in_order = in_order;
     }
 
+    /// Starts a new run's figures: counters, latency histograms, trace and
+    /// per-flow counts start from zero, while what tells a duplicate from a
+    /// new message (each flow's delivered numbers) and partly received
+    /// messages are kept.
+    pub fn begin_run(&mut self) {
+        self.stats = SinkStats::default();
+        self.latency = Histogram::new();
+        self.recovered_latency = Histogram::new();
+        self.recovered_moments = Moments::default();
+        self.trace.clear();
+        self.trace_hash = 0xcbf2_9ce4_8422_2325;
+        self.first_delivery = None;
+        self.last_delivery = None;
+        for flow in self.flows.values_mut() {
+            flow.count = 0;
+        }
+    }
+
     /// Messages delivered from each source.
     pub fn delivered_from(&self) -> BTreeMap<HostId, u64> {
         self.flows.iter().map(|(&s, f)| (s, f.count)).collect()

@@ -454,10 +454,11 @@ impl Source {
         Some(msg)
     }
 
-    /// Continues `previous`'s per-destination message numbering (a source
-    /// replaced while the fabric carries traffic, e.g. IP packets sent
-    /// before the generator starts, must not number its messages from 0
-    /// again: the receivers would take them for duplicates).
+    /// Continues `previous`'s per-destination message numbering: a source
+    /// replaced while the fabric carries traffic (IP packets sent before
+    /// the generator starts, a host reconfigured for another run) must not
+    /// number its messages from 0 again, or the receivers would take them
+    /// for duplicates.
     pub fn continue_numbering(&mut self, previous: &Source) {
         for (&dst, &seq) in &previous.next_seq {
             let next = self.next_seq.entry(dst).or_insert(0);

@@ -86,7 +86,15 @@ impl DropCounters {
     }
 
     pub fn add(&mut self, r: DropReason, n: u64) {
-        let c = match r {
+        *self.slot(r) += n;
+    }
+
+    pub fn set(&mut self, r: DropReason, n: u64) {
+        *self.slot(r) = n;
+    }
+
+    fn slot(&mut self, r: DropReason) -> &mut u64 {
+        match r {
             DropReason::NoRoute => &mut self.no_route,
             DropReason::BadRoute => &mut self.bad_route,
             DropReason::BadVc => &mut self.bad_vc,
@@ -95,8 +103,7 @@ impl DropCounters {
             DropReason::Orphan => &mut self.orphan,
             DropReason::LegVc => &mut self.leg_vc,
             DropReason::HoqLifetime => &mut self.hoq_lifetime,
-        };
-        *c += n;
+        }
     }
 
     pub fn total(&self) -> u64 {

@@ -127,6 +127,17 @@ impl Decider {
         (faulty != self.routed_around).then_some(Reroute { faulty })
     }
 
+    /// Takes `links` as down and already routed around (down when the run
+    /// started, with no event to say so).
+    pub fn assume_down(&mut self, topo: &Topology, links: &[LinkId]) {
+        for &l in links {
+            let link = &topo.links[l as usize];
+            self.down_ends.insert(link.a);
+            self.down_ends.insert(link.b);
+            self.routed_around.insert(l);
+        }
+    }
+
     /// The routes in place now avoid `reroute`'s links.
     pub fn routed(&mut self, reroute: Reroute) {
         self.routed_around = reroute.faulty;
