@@ -67,8 +67,8 @@ pub enum ComposeError {
     BadSubnet { text: String, reason: String },
     #[error(
         "topology {topology:?} has {nodes} nodes: with the controller, Prometheus and Grafana \
-         that is {containers} containers on one bridge network, more than the {max} a Linux \
-         bridge holds (1024 ports at most); use a smaller topology, or `flitctl up` \
+         that is {containers} containers on one bridge network (of the busiest machine), more than the {max} a Linux \
+         bridge holds (1024 ports at most); use a smaller topology, `--nodes N` (several machines), or `flitctl up` \
          (one process per node on loopback) for fabrics this large"
     )]
     TooManyContainers {
@@ -211,6 +211,10 @@ pub struct ComposeOptions {
     /// daemons by service name: what a swarm needs, where task addresses
     /// are not known in advance (docs/compose.md, "Swarm").
     pub dns_peers: bool,
+    /// Several machines: the machine of every node, written as swarm
+    /// placement constraints in the stack file and into `fabric.json`
+    /// (crate::placement, docs/compose.md "Several machines").
+    pub placement: Option<crate::placement::Placement>,
 }
 
 impl Default for ComposeOptions {
@@ -228,6 +232,7 @@ impl Default for ComposeOptions {
             scrape_interval_s: 2,
             events_addr: None,
             dns_peers: false,
+            placement: None,
         }
     }
 }
@@ -258,6 +263,10 @@ pub struct ComposeDaemon {
     pub data_addr: SocketAddr,
     pub control_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The machine (swarm node label value) the daemon is placed on, when
+    /// the bundle spreads the fabric over several (`--nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 /// `fabric.json`: what a controller needs to attach to a fabric that Compose
@@ -356,11 +365,17 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
     }
     let nodes: Vec<NodeRef> = topo.nodes().collect();
     let containers = nodes.len() + 3;
-    if containers > MAX_BRIDGE_CONTAINERS {
+    // One bridge per machine: with a placement, the largest part counts.
+    let per_machine = opts
+        .placement
+        .as_ref()
+        .map_or(nodes.len(), |p| p.max_processes())
+        + 3;
+    if per_machine > MAX_BRIDGE_CONTAINERS {
         return Err(ComposeError::TooManyContainers {
             topology: topo.name.clone(),
             nodes: nodes.len(),
-            containers,
+            containers: per_machine,
             max: MAX_BRIDGE_CONTAINERS,
         });
     }
@@ -454,6 +469,10 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
                     .config
                     .metrics_addr
                     .unwrap_or(SocketAddr::new(c.config.control_addr.ip(), METRICS_PORT)),
+                machine: opts
+                    .placement
+                    .as_ref()
+                    .map(|p| p.machine_of(c.node).to_string()),
             })
             .collect(),
         params: opts.params.clone(),
@@ -597,6 +616,14 @@ struct Deploy {
     #[serde(skip_serializing_if = "Option::is_none")]
     endpoint_mode: Option<&'static str>,
     restart_policy: RestartPolicy,
+    /// Stack file with a placement: the machine the task must run on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placement: Option<DeployPlacement>,
+}
+
+#[derive(Serialize)]
+struct DeployPlacement {
+    constraints: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -612,6 +639,7 @@ impl Deploy {
             replicas: 1,
             endpoint_mode: (target == Target::Stack).then_some("dnsrr"),
             restart_policy: RestartPolicy { condition: "none" },
+            placement: None,
         }
     }
     fn monitoring(target: Target) -> Deploy {
@@ -625,6 +653,7 @@ impl Deploy {
             restart_policy: RestartPolicy {
                 condition: "on-failure",
             },
+            placement: None,
         }
     }
 }
@@ -694,10 +723,15 @@ fn render_compose(
         let IpAddr::V4(ip) = c.config.data_addr.ip() else {
             unreachable!("compose addresses are IPv4")
         };
-        let service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
+        let mut service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
+        if let (Some(p), Target::Stack) = (&opts.placement, target) {
+            service.deploy.placement = Some(DeployPlacement {
+                constraints: vec![p.constraint(p.machine_of(c.node))],
+            });
+        }
         services.insert(Value::from(c.service.clone()), to_yaml_value(&service)?);
     }
-    let controller = fabric_service(
+    let mut controller = fabric_service(
         &opts.image,
         opts.controller_command.clone(),
         CONTROLLER_SERVICE,
@@ -705,6 +739,12 @@ fn render_compose(
         configs.iter().map(|c| c.service.clone()).collect(),
         target,
     );
+    // The controller runs on the first machine.
+    if let (Some(p), Target::Stack) = (&opts.placement, target) {
+        controller.deploy.placement = Some(DeployPlacement {
+            constraints: vec![p.constraint(&p.machines[0])],
+        });
+    }
     services.insert(CONTROLLER_SERVICE.into(), to_yaml_value(&controller)?);
 
     let monitoring = |image: &str, ip, volumes, ports, command, environment, depends_on| Service {
@@ -912,6 +952,17 @@ pub struct ComposeArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=flitnet_core::control::limits::MAX_TIME_DILATION as i64))]
     pub time_dilation: u32,
+    /// Spread the fabric over N machines of a swarm: the stack file pins
+    /// each service to one with `node.labels.flitnet-part == 0..N-1`
+    /// (docs/compose.md, "Several machines"). Implies --dns-peers.
+    #[arg(long, value_name = "N", conflicts_with = "placement",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub nodes: Option<u32>,
+    /// Like --nodes, with the machines named by a YAML file:
+    /// `machines: [rack-a, rack-b]` (values of the node label; optional
+    /// `label:`, default flitnet-part).
+    #[arg(long, value_name = "FILE")]
+    pub placement: Option<std::path::PathBuf>,
 }
 
 /// Generates and writes the bundle; prints what was written.
@@ -923,6 +974,14 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         );
     }
     let topo = crate::topo::load(&args.topology)?;
+    let placement_file = match (&args.placement, args.nodes) {
+        (Some(path), _) => Some(crate::placement::PlacementFile::load(path)?),
+        (None, Some(n)) => Some(crate::placement::PlacementFile::numbered(n as usize)),
+        (None, None) => None,
+    };
+    let placement = placement_file
+        .map(|f| crate::placement::Placement::plan(&topo, f))
+        .transpose()?;
     let mut params = args.fabric.params();
     params.time_dilation = args.time_dilation;
     let opts = ComposeOptions {
@@ -933,11 +992,20 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         events_addr: args.events,
         grafana_dir: args.grafana_dir,
         scrape_interval_s: args.scrape_interval,
-        dns_peers: args.dns_peers,
+        // Task addresses on a multi-machine swarm are never known ahead.
+        dns_peers: args.dns_peers || placement.is_some(),
+        placement,
         ..ComposeOptions::default()
     };
     let bundle = generate(&topo, &opts)?;
     write_bundle(&bundle, &args.output)?;
+    if let Some(p) = &opts.placement {
+        println!("{}", p.describe());
+        println!("label the swarm's nodes, one per machine, then deploy the stack file:");
+        for c in p.label_commands() {
+            println!("  {c}");
+        }
+    }
     eprintln!(
         "wrote {} ({} node services, network {}): cd {} && docker-compose up -d",
         args.output.display(),

@@ -21,6 +21,7 @@ pub mod interrupt;
 pub mod mechanism;
 pub mod netns;
 pub mod parse;
+pub mod placement;
 pub mod plot;
 pub mod process;
 pub mod progress;

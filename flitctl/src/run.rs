@@ -165,6 +165,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         args.ready_timeout,
     )?;
     let bring_up = started.elapsed();
+    // A fabric over several machines: which links cross, and how slow
+    // crossing is (measured before traffic loads the daemons).
+    let cut_links = crate::placement::cut_links_of(&fabric, &description);
     for &l in &down_links {
         fabric.set_link(l, false)?;
     }
@@ -260,9 +263,16 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+        let mut json = serde_json::to_value(&run)?;
+        if let Some(c) = &cut_links {
+            json["cut_links"] = serde_json::to_value(c)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{run}");
+        if let Some(c) = &cut_links {
+            print!("{c}");
+        }
     }
     Ok(())
 }
