@@ -590,6 +590,10 @@ struct Service {
     environment: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     volumes: Vec<String>,
+    /// Swarm configs (stack file with a placement): the daemon's own
+    /// configuration travels with the task to whichever machine runs it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    configs: Vec<ServiceConfig>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -619,6 +623,13 @@ struct Deploy {
     /// Stack file with a placement: the machine the task must run on.
     #[serde(skip_serializing_if = "Option::is_none")]
     placement: Option<DeployPlacement>,
+}
+
+#[derive(Serialize)]
+struct ServiceConfig {
+    source: String,
+    target: String,
+    mode: u32,
 }
 
 #[derive(Serialize)]
@@ -679,6 +690,7 @@ fn fabric_service(
         stop_grace_period: Some("3s".into()),
         environment: Vec::new(),
         volumes: vec![format!("./configs:{CONFIG_MOUNT}:ro")],
+        configs: Vec::new(),
         ports: Vec::new(),
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -710,6 +722,7 @@ fn render_compose(
             .expect("a subnet with room for nodes has room for the infrastructure")
     };
     let mut services = Mapping::new();
+    let mut swarm_configs = Mapping::new();
     for c in configs {
         let binary = match c.node {
             NodeRef::Switch(_) => "/switchd",
@@ -728,6 +741,22 @@ fn render_compose(
             service.deploy.placement = Some(DeployPlacement {
                 constraints: vec![p.constraint(p.machine_of(c.node))],
             });
+            // The bundle directory exists on the deploying machine only;
+            // a swarm config reaches every machine (fabric.json, which
+            // can pass the 500 KB config limit, stays a bind mount of the
+            // controller, on the first machine).
+            service.volumes.clear();
+            service.configs.push(ServiceConfig {
+                source: c.service.clone(),
+                target: format!("{CONFIG_MOUNT}/{}.json", c.service),
+                mode: 0o444,
+            });
+            swarm_configs.insert(
+                Value::from(c.service.clone()),
+                to_yaml_value(
+                    &serde_json::json!({ "file": format!("./configs/{}.json", c.service) }),
+                )?,
+            );
         }
         services.insert(Value::from(c.service.clone()), to_yaml_value(&service)?);
     }
@@ -760,6 +789,7 @@ fn render_compose(
         stop_grace_period: None,
         environment,
         volumes,
+        configs: Vec::new(),
         ports,
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -808,6 +838,9 @@ fn render_compose(
     let mut file = Mapping::new();
     file.insert("services".into(), Value::Mapping(services));
     file.insert("networks".into(), Value::Mapping(networks));
+    if !swarm_configs.is_empty() {
+        file.insert("configs".into(), Value::Mapping(swarm_configs));
+    }
     let body =
         serde_yaml_ng::to_string(&file).map_err(|e| ComposeError::Serialise(e.to_string()))?;
     let usage = match target {

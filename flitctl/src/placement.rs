@@ -434,6 +434,23 @@ mod tests {
             constraint("controller").as_deref(),
             Some("node.labels.rack == a")
         );
+        // Each daemon's configuration travels as a swarm config; only the
+        // controller mounts the bundle directory.
+        let first = bundle.fabric.daemons[0].service.as_str();
+        let h0 = &stack["services"][first];
+        assert_eq!(h0["configs"][0]["source"].as_str(), Some(first));
+        assert_eq!(
+            h0["configs"][0]["target"].as_str(),
+            Some(format!("/etc/flitnet/{first}.json").as_str())
+        );
+        assert!(h0["volumes"].is_null(), "{h0:?}");
+        assert_eq!(
+            stack["configs"][first]["file"].as_str(),
+            Some(format!("./configs/{first}.json").as_str())
+        );
+        assert!(stack["services"]["controller"]["volumes"][0]
+            .as_str()
+            .is_some_and(|v| v.starts_with("./configs:")));
         // Plain Compose runs on one machine: no constraints there.
         assert!(!bundle.compose_yaml.contains("constraints"));
         // fabric.json round-trips the machines.
