@@ -14,6 +14,7 @@
 #   VETH=fn2                 veth ends VETH-h (host) and VETH-n (namespace)
 #   HOST_IP=10.250.0.1 NODE_IP=10.250.0.2 PREFIX=24
 #   STATE=/var/tmp/$NAME     data root, exec root, socket, pid file, log
+#   STORAGE=overlay2         storage driver (vfs where overlayfs is unavailable)
 # `start` prints the engine's DOCKER_HOST (unix://$STATE/docker.sock).
 # Root only (namespaces, veth, dockerd).
 set -euo pipefail
@@ -24,6 +25,7 @@ HOST_IP=${HOST_IP:-10.250.0.1}
 NODE_IP=${NODE_IP:-10.250.0.2}
 PREFIX=${PREFIX:-24}
 STATE=${STATE:-/var/tmp/$NAME}
+STORAGE=${STORAGE:-overlay2}
 SOCK="$STATE/docker.sock"
 D2=(docker -H "unix://$SOCK")
 
@@ -47,8 +49,9 @@ start() {
     ip -n "$NAME" link set lo up
     ip -n "$NAME" route add default via "$HOST_IP"
     # Its own configuration file: the host's /etc/docker/daemon.json may
-    # name the host's data root. vfs works on any backing filesystem.
-    echo '{"storage-driver": "vfs"}' >"$STATE/daemon.json"
+    # name the host's data root. STORAGE=vfs works on any backing
+    # filesystem (slowly: every container copies the image).
+    echo "{\"storage-driver\": \"$STORAGE\"}" >"$STATE/daemon.json"
     nsenter --net="/var/run/netns/$NAME" \
         dockerd --config-file "$STATE/daemon.json" \
         --data-root "$STATE/data" --exec-root "$STATE/exec" \
