@@ -283,7 +283,17 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     // Both engines run their share of the tasks.
     let controller_service = format!("{stack}_controller");
     let deadline = Instant::now() + Duration::from_secs(120);
+    let label = format!("label=com.docker.stack.namespace={stack}");
+    let running = |engine: Option<&str>| {
+        ok(docker(engine).args(["ps", "-q", "--filter", &label]))
+            .lines()
+            .count()
+    };
+    let mut all_running = None;
     let controller = loop {
+        if all_running.is_none() && running(None) + running(e2) == 25 {
+            all_running = Some(deploy_at.elapsed());
+        }
         let c = task_container(None, &controller_service);
         if !c.is_empty() {
             let logs = run(docker(None).args(["logs", &c]));
@@ -299,13 +309,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         std::thread::sleep(Duration::from_millis(300));
     };
     let attached = deploy_at.elapsed();
-    let label = format!("label=com.docker.stack.namespace={stack}");
-    let on_host = ok(docker(None).args(["ps", "-q", "--filter", &label]))
-        .lines()
-        .count();
-    let on_second = ok(docker(e2).args(["ps", "-q", "--filter", &label]))
-        .lines()
-        .count();
+    let (on_host, on_second) = (running(None), running(e2));
     assert_eq!(
         (on_host, on_second),
         (13, 12),
@@ -369,12 +373,13 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let local = cut["local_one_way_us"].as_f64().unwrap_or(0.0);
     assert!(crossing > 0.0 && local > 0.0, "{cut}");
     eprintln!(
-        "image {:.0}s, swarm of two {:.1}s, deploy -> attached {:.1}s, run {:.1}s; \
+        "image {:.0}s, swarm of two {:.1}s, deploy -> 25 tasks running {:.1}s -> attached {:.1}s, run {:.1}s; \
          {delivered} of {sent} delivered, {lost} lost ({drops} flits dropped); \
          one-way: local {local:.0} us, across machines {crossing:.0} us, emulated {:.0} us; \
          slower than emulated: {}",
         image_built.as_secs_f64(),
         (swarm_up - image_built).as_secs_f64(),
+        all_running.map_or(f64::NAN, |d| d.as_secs_f64()),
         attached.as_secs_f64(),
         run_time.as_secs_f64(),
         cut["emulated_propagation_us"].as_f64().unwrap_or(0.0),
