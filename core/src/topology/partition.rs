@@ -507,10 +507,7 @@ fn rebalance(g: &Graph, part: &mut [u32], parts: usize) {
         size[p as usize] += 1;
     }
     let mut conn = Vec::new();
-    loop {
-        let Some(over) = (0..parts).find(|&p| size[p] > hi) else {
-            break;
-        };
+    while let Some(over) = (0..parts).find(|&p| size[p] > hi) {
         let under: Vec<usize> = (0..parts).filter(|&p| size[p] < hi).collect();
         let prefer: Vec<usize> = under.iter().copied().filter(|&p| size[p] < lo).collect();
         let targets = if prefer.is_empty() { under } else { prefer };
