@@ -236,7 +236,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         .args(["--subnet", "10.236.0.0/16", "--image", IMAGE, "--placement"])
         .arg(&placement));
     assert!(printed.contains("cut links: 8 of 32 (25.0 %)"), "{printed}");
-    // The controller: JSON report, 10 s of traffic, daemons stopped at the end.
+    // The controller: JSON report, 20 s of traffic, daemons stopped at the end.
     let stack_file = bundle.join("docker-stack.yml");
     let mut doc: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(&stack_file).unwrap()).unwrap();
@@ -246,7 +246,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         "--fabric",
         "/etc/flitnet/fabric.json",
         "--duration",
-        "10s",
+        "20s",
         "--load",
         "0.2",
         "--ready-timeout",
