@@ -67,8 +67,8 @@ pub enum ComposeError {
     BadSubnet { text: String, reason: String },
     #[error(
         "topology {topology:?} has {nodes} nodes: with the controller, Prometheus and Grafana \
-         that is {containers} containers on one bridge network, more than the {max} a Linux \
-         bridge holds (1024 ports at most); use a smaller topology, or `flitctl up` \
+         that is {containers} containers on one bridge network (of the busiest machine), more than the {max} a Linux \
+         bridge holds (1024 ports at most); use a smaller topology, `--nodes N` (several machines), or `flitctl up` \
          (one process per node on loopback) for fabrics this large"
     )]
     TooManyContainers {
@@ -211,6 +211,10 @@ pub struct ComposeOptions {
     /// daemons by service name: what a swarm needs, where task addresses
     /// are not known in advance (docs/compose.md, "Swarm").
     pub dns_peers: bool,
+    /// Several machines: the machine of every node, written as swarm
+    /// placement constraints in the stack file and into `fabric.json`
+    /// (crate::placement, docs/compose.md "Several machines").
+    pub placement: Option<crate::placement::Placement>,
 }
 
 impl Default for ComposeOptions {
@@ -228,6 +232,7 @@ impl Default for ComposeOptions {
             scrape_interval_s: 2,
             events_addr: None,
             dns_peers: false,
+            placement: None,
         }
     }
 }
@@ -260,6 +265,10 @@ pub struct ComposeDaemon {
     pub data_addr: SocketAddr,
     pub control_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The machine (swarm node label value) the daemon is placed on, when
+    /// the bundle spreads the fabric over several (`--nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 /// `fabric.json`: what a controller needs to attach to a fabric that Compose
@@ -364,11 +373,17 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
     }
     let nodes: Vec<NodeRef> = topo.nodes().collect();
     let containers = nodes.len() + 3;
-    if containers > MAX_BRIDGE_CONTAINERS {
+    // One bridge per machine: with a placement, the largest part counts.
+    let per_machine = opts
+        .placement
+        .as_ref()
+        .map_or(nodes.len(), |p| p.max_processes())
+        + 3;
+    if per_machine > MAX_BRIDGE_CONTAINERS {
         return Err(ComposeError::TooManyContainers {
             topology: topo.name.clone(),
             nodes: nodes.len(),
-            containers,
+            containers: per_machine,
             max: MAX_BRIDGE_CONTAINERS,
         });
     }
@@ -463,6 +478,10 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
                     .config
                     .metrics_addr
                     .unwrap_or(SocketAddr::new(c.config.control_addr.ip(), METRICS_PORT)),
+                machine: opts
+                    .placement
+                    .as_ref()
+                    .map(|p| p.machine_of(c.node).to_string()),
             })
             .collect(),
         params: opts.params.clone(),
@@ -588,6 +607,10 @@ struct Service {
     /// Writable scratch space (the image has no writable directory).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tmpfs: Vec<String>,
+    /// Swarm configs (stack file with a placement): the daemon's own
+    /// configuration travels with the task to whichever machine runs it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    configs: Vec<ServiceConfig>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -614,6 +637,21 @@ struct Deploy {
     #[serde(skip_serializing_if = "Option::is_none")]
     endpoint_mode: Option<&'static str>,
     restart_policy: RestartPolicy,
+    /// Stack file with a placement: the machine the task must run on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placement: Option<DeployPlacement>,
+}
+
+#[derive(Serialize)]
+struct ServiceConfig {
+    source: String,
+    target: String,
+    mode: u32,
+}
+
+#[derive(Serialize)]
+struct DeployPlacement {
+    constraints: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -629,6 +667,7 @@ impl Deploy {
             replicas: 1,
             endpoint_mode: (target == Target::Stack).then_some("dnsrr"),
             restart_policy: RestartPolicy { condition: "none" },
+            placement: None,
         }
     }
     fn monitoring(target: Target) -> Deploy {
@@ -642,6 +681,7 @@ impl Deploy {
             restart_policy: RestartPolicy {
                 condition: "on-failure",
             },
+            placement: None,
         }
     }
 }
@@ -668,6 +708,7 @@ fn fabric_service(
         environment: Vec::new(),
         volumes: vec![format!("./configs:{CONFIG_MOUNT}:ro")],
         tmpfs: Vec::new(),
+        configs: Vec::new(),
         ports: Vec::new(),
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -699,6 +740,7 @@ fn render_compose(
             .expect("a subnet with room for nodes has room for the infrastructure")
     };
     let mut services = Mapping::new();
+    let mut swarm_configs = Mapping::new();
     for c in configs {
         let binary = match c.node {
             NodeRef::Switch(_) => "/switchd",
@@ -712,7 +754,28 @@ fn render_compose(
         let IpAddr::V4(ip) = c.config.data_addr.ip() else {
             unreachable!("compose addresses are IPv4")
         };
-        let service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
+        let mut service = fabric_service(&opts.image, command, &c.service, ip, Vec::new(), target);
+        if let (Some(p), Target::Stack) = (&opts.placement, target) {
+            service.deploy.placement = Some(DeployPlacement {
+                constraints: vec![p.constraint(p.machine_of(c.node))],
+            });
+            // The bundle directory exists on the deploying machine only;
+            // a swarm config reaches every machine (fabric.json, which
+            // can pass the 500 KB config limit, stays a bind mount of the
+            // controller, on the first machine).
+            service.volumes.clear();
+            service.configs.push(ServiceConfig {
+                source: c.service.clone(),
+                target: format!("{CONFIG_MOUNT}/{}.json", c.service),
+                mode: 0o444,
+            });
+            swarm_configs.insert(
+                Value::from(c.service.clone()),
+                to_yaml_value(
+                    &serde_json::json!({ "file": format!("./configs/{}.json", c.service) }),
+                )?,
+            );
+        }
         services.insert(Value::from(c.service.clone()), to_yaml_value(&service)?);
     }
     let mut controller = fabric_service(
@@ -726,6 +789,12 @@ fn render_compose(
     // The controller's run directory (its event log) goes to the temp dir:
     // a tmpfs, mode 1777, since the FROM-scratch image has no /tmp.
     controller.tmpfs = vec!["/tmp".into()];
+    // The controller runs on the first machine.
+    if let (Some(p), Target::Stack) = (&opts.placement, target) {
+        controller.deploy.placement = Some(DeployPlacement {
+            constraints: vec![p.constraint(&p.machines[0])],
+        });
+    }
     services.insert(CONTROLLER_SERVICE.into(), to_yaml_value(&controller)?);
 
     let monitoring = |image: &str, ip, volumes, ports, command, environment, depends_on| Service {
@@ -742,6 +811,7 @@ fn render_compose(
         environment,
         volumes,
         tmpfs: Vec::new(),
+        configs: Vec::new(),
         ports,
         depends_on,
         networks: BTreeMap::from([(NETWORK.to_string(), ServiceNetwork { ipv4_address: ip })]),
@@ -790,6 +860,9 @@ fn render_compose(
     let mut file = Mapping::new();
     file.insert("services".into(), Value::Mapping(services));
     file.insert("networks".into(), Value::Mapping(networks));
+    if !swarm_configs.is_empty() {
+        file.insert("configs".into(), Value::Mapping(swarm_configs));
+    }
     let body =
         serde_yaml_ng::to_string(&file).map_err(|e| ComposeError::Serialise(e.to_string()))?;
     let usage = match target {
@@ -967,6 +1040,17 @@ pub struct ComposeArgs {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=flitnet_core::control::limits::MAX_TIME_DILATION as i64))]
     pub time_dilation: u32,
+    /// Spread the fabric over N machines of a swarm: the stack file pins
+    /// each service to one with `node.labels.flitnet-part == 0..N-1`
+    /// (docs/compose.md, "Several machines"). Implies --dns-peers.
+    #[arg(long, value_name = "N", conflicts_with = "placement",
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub nodes: Option<u32>,
+    /// Like --nodes, with the machines named by a YAML file:
+    /// `machines: [rack-a, rack-b]` (values of the node label; optional
+    /// `label:`, default flitnet-part).
+    #[arg(long, value_name = "FILE")]
+    pub placement: Option<std::path::PathBuf>,
 }
 
 /// Generates and writes the bundle; prints what was written.
@@ -987,6 +1071,14 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         );
     }
     let topo = crate::topo::load(&args.topology)?;
+    let placement_file = match (&args.placement, args.nodes) {
+        (Some(path), _) => Some(crate::placement::PlacementFile::load(path)?),
+        (None, Some(n)) => Some(crate::placement::PlacementFile::numbered(n as usize)),
+        (None, None) => None,
+    };
+    let placement = placement_file
+        .map(|f| crate::placement::Placement::plan(&topo, f))
+        .transpose()?;
     let mut params = args.fabric.params();
     params.time_dilation = args.time_dilation;
     let opts = ComposeOptions {
@@ -997,11 +1089,20 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         events_addr: args.events,
         grafana_dir: args.grafana_dir,
         scrape_interval_s: args.scrape_interval,
-        dns_peers: args.dns_peers,
+        // Task addresses on a multi-machine swarm are never known ahead.
+        dns_peers: args.dns_peers || placement.is_some(),
+        placement,
         ..ComposeOptions::default()
     };
     let bundle = generate(&topo, &opts)?;
     write_bundle(&bundle, &args.output)?;
+    if let Some(p) = &opts.placement {
+        println!("{}", p.describe());
+        println!("label the swarm's nodes, one per machine, then deploy the stack file:");
+        for c in p.label_commands() {
+            println!("  {c}");
+        }
+    }
     let dir = args.output.display();
     eprintln!(
         "wrote {dir} ({} node services, network {})",

@@ -25,6 +25,7 @@ pub mod load_point;
 pub mod mechanism;
 pub mod netns;
 pub mod parse;
+pub mod placement;
 pub mod plot;
 pub mod process;
 pub mod progress;

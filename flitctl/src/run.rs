@@ -197,6 +197,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         let faults = FaultSet::with_links(down_links.iter().copied());
         tables = compute_routes(&topo, &args.engine, &faults)?;
     }
+    // A fabric over several machines: which links cross, and how slow
+    // crossing is (measured before traffic loads the daemons).
+    let cut_links = crate::placement::cut_links_of(&fabric, &description);
     for &l in &down_links {
         fabric.set_link(l, false)?;
     }
@@ -308,9 +311,16 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+        let mut json = serde_json::to_value(&run)?;
+        if let Some(c) = &cut_links {
+            json["cut_links"] = serde_json::to_value(c)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{run}");
+        if let Some(c) = &cut_links {
+            print!("{c}");
+        }
     }
     Ok(())
 }

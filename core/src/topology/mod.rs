@@ -13,6 +13,7 @@ pub mod dot;
 pub mod file;
 pub mod generators;
 pub mod ibnet;
+pub mod partition;
 pub mod summary;
 
 use serde::{Deserialize, Serialize};
