@@ -199,7 +199,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     // A fabric over several machines: which links cross, and how slow
     // crossing is (measured before traffic loads the daemons).
-    let cut_links = crate::placement::cut_links_of(&fabric, &description);
+    let cut_links = crate::compose::placement::cut_links_of(&fabric, &description);
     for &l in &down_links {
         fabric.set_link(l, false)?;
     }

@@ -1,9 +1,11 @@
 //! One fabric specification, whether it comes from flags (`up`, `compose`:
-//! [`crate::up::FabricArgs`]) or from a scenario's `fabric:` section
+//! [`FabricArgs`]) or from a scenario's `fabric:` section
 //! ([`crate::scenario::FabricSection`]): one set of defaults (the flags'),
 //! and one builder of the daemons' [`FabricParams`].
 
-use crate::up::{FabricArgs, HoqLifetime, HOQ_LIFETIME_FLOOR_NS};
+use crate::parse::parse_duration;
+use anyhow::{bail, Result};
+use clap::Args;
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::host::sbrp::RecoveryProtocol;
 use std::time::Duration;
@@ -78,14 +80,12 @@ impl FabricSpec {
 
     /// [`FabricSpec::params`] for a fabric routed by `engine`: `auto` turns
     /// the head-of-queue lifetime on where it is needed
-    /// ([`crate::up::needs_hoq_lifetime`]), at the default for these links
+    /// ([`needs_hoq_lifetime`]), at the default for these links
     /// (128 drains of a full buffer or a longest packet, at least
     /// [`HOQ_LIFETIME_FLOOR_NS`]).
     pub fn params_for(&self, engine: &str) -> FabricParams {
         let mut p = self.params();
-        if self.hoq_lifetime == HoqLifetime::Auto
-            && crate::up::needs_hoq_lifetime(engine, p.recovery)
-        {
+        if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
             let formula =
                 flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns(
                     p.bandwidth_flits_per_s,
@@ -95,6 +95,224 @@ impl FabricSpec {
             p.head_of_queue_lifetime_ns = Some(formula.max(HOQ_LIFETIME_FLOOR_NS));
         }
         p
+    }
+}
+
+/// Link and switch parameters of the emulated fabric.
+#[derive(Args, Debug, Clone)]
+pub struct FabricArgs {
+    /// Virtual channels per link.
+    #[arg(long, default_value_t = 2)]
+    pub vcs: u8,
+    /// Input buffer depth per VC, in flits.
+    #[arg(long, default_value_t = 16)]
+    pub buffer_depth: u16,
+    /// Switching mode.
+    #[arg(long, value_enum, default_value_t = Switching::Wormhole)]
+    pub switching: Switching,
+    /// Link bandwidth in flits per second (0 = unlimited).
+    #[arg(long, default_value_t = 200_000)]
+    pub bandwidth: u64,
+    /// Link propagation delay.
+    #[arg(long, default_value = "10us", value_parser = parse_duration)]
+    pub delay: Duration,
+    /// A peer silent for this long is declared down.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub dead_after: Duration,
+    /// Longest packet, in flits.
+    #[arg(long, default_value_t = 8)]
+    pub max_packet_flits: u32,
+    /// Recovery protocol for packets cut by a fault: none, sbrp0, sbrp1,
+    /// sbrp2 (docs/sbrp.md).
+    #[arg(long, default_value = "none", value_parser = parse_recovery)]
+    pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+    /// What carries the flits between daemons: `udp` on loopback,
+    /// `ethernet`: raw Ethernet frames over one veth pair per link, in a
+    /// network namespace made for the run (needs root), or `shm`:
+    /// shared-memory rings between the daemons (docs/wire.md). Default:
+    /// shm (compose: udp).
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
+    /// Ethernet transport: name of the network namespace to create (it
+    /// must not exist; deleted when the run ends). Default: flitnet-<random>.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// How long a link stays down after a link error (a datagram lost or
+    /// rejected by its CRC) before it retrains; 0 = no link error
+    /// recovery, losses are only counted (docs/wire.md).
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    pub link_retrain: Duration,
+    /// Switches' head-of-queue lifetime: a head that waits this long for
+    /// an output VC is presumed deadlocked and discarded with its worm
+    /// (resent by SBRP; docs/sbrp.md "Deadlock"). `auto`: on, at
+    /// 128 buffer drains (128 × max(buffer depth, max packet) × flit
+    /// time, at least 50 ms;
+    /// 51 ms at 20,000 flits/s and 8-flit buffers), only with
+    /// `--engine local-reroute` and a recovery protocol (SBRP's faithful
+    /// mode, docs/sbrp.md, whose adaptive VCs can deadlock once a fault cuts the escape
+    /// network); `off`; or a duration (e.g. 400ms).
+    #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
+    pub hoq_lifetime: HoqLifetime,
+    /// Switch traversal latency (routing, allocation, crossbar): flit
+    /// times (`4ft`, the default: a four-stage router pipeline) or a
+    /// duration (`250ns`); docs/performance.md, "The timing model".
+    #[arg(long, default_value = "4ft", value_parser = parse_switch_latency)]
+    pub switch_latency: SwitchLatency,
+    /// Crossbar speedup: flits each switch input and output port moves per
+    /// flit time (1 = none).
+    #[arg(long, default_value_t = 1)]
+    pub crossbar_speedup: u8,
+    /// Give every host an IP interface (a TUN device `flit0` in a network
+    /// namespace of its own, needs root): IP packets cross the fabric as
+    /// messages, beside the generated traffic (`--pattern none`: IP only).
+    /// Run programs there with `flitctl exec HOST -- CMD` (docs/ip.md).
+    #[arg(long)]
+    pub tun: bool,
+    /// With --tun: the hosts' IPv4 subnet; host i gets its (i+1)th address.
+    /// Default 10.B.0.0/16, B the fabric's loopback octet.
+    #[arg(long, value_name = "A.B.C.D/N", requires = "tun")]
+    pub tun_subnet: Option<flitnet_core::host::ip::IpPlan>,
+    /// With --tun: the interfaces' MTU. Default: the fabric's largest
+    /// packet (max packet flits × flit payload), times the smallest whole
+    /// number that reaches 1280 bytes.
+    #[arg(long, requires = "tun")]
+    pub tun_mtu: Option<u32>,
+}
+
+fn parse_switch_latency(s: &str) -> Result<SwitchLatency, String> {
+    SwitchLatency::parse(s).map_err(|e| e.0)
+}
+
+/// The shortest head-of-queue lifetime `--hoq-lifetime auto` gives real
+/// daemons: a daemon that two loaded cores leave unscheduled for tens of
+/// ms must not see every head it holds as deadlocked (a false positive
+/// costs a resend, not a message).
+pub const HOQ_LIFETIME_FLOOR_NS: u64 = 50_000_000;
+
+/// `--hoq-lifetime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoqLifetime {
+    Auto,
+    Off,
+    Fixed(Duration),
+}
+
+pub fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
+    match s {
+        "auto" => Ok(HoqLifetime::Auto),
+        "off" => Ok(HoqLifetime::Off),
+        _ => match parse_duration(s)? {
+            d if d.is_zero() => Ok(HoqLifetime::Off),
+            d => Ok(HoqLifetime::Fixed(d)),
+        },
+    }
+}
+
+/// Whether a fabric routed by `engine` with `protocol` needs deadlock
+/// recovery: seed 003's local rerouting (its adaptive VCs deadlock once a
+/// fault cuts the escape network, docs/sbrp.md) with a recovery protocol to
+/// resend what the lifetime discards. Everything else is deadlock-free by
+/// its routing (or re-routed by the controller), and keeps the lifetime
+/// off so that ordinary congestion can never cost a packet.
+pub fn needs_hoq_lifetime(
+    engine: &str,
+    protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+) -> bool {
+    engine == "local-reroute" && protocol.is_on()
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Ethernet,
+    /// Shared-memory rings between the daemons (docs/wire.md,
+    /// "Shared-memory transport").
+    Shm,
+}
+
+impl Transport {
+    pub fn data(self) -> DataTransport {
+        match self {
+            Transport::Udp => DataTransport::Udp,
+            Transport::Ethernet => DataTransport::Ethernet,
+            Transport::Shm => DataTransport::Shm,
+        }
+    }
+}
+
+fn parse_recovery(s: &str) -> Result<flitnet_core::host::sbrp::RecoveryProtocol, String> {
+    flitnet_core::host::sbrp::RecoveryProtocol::parse(s)
+        .ok_or_else(|| format!("unknown recovery protocol {s:?} (none, sbrp0, sbrp1, sbrp2)"))
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switching {
+    Wormhole,
+    Vct,
+}
+
+impl FabricArgs {
+    /// The flags as a [`crate::spec::FabricSpec`].
+    pub fn spec(&self) -> crate::spec::FabricSpec {
+        crate::spec::FabricSpec {
+            vcs: self.vcs,
+            buffer_depth: self.buffer_depth,
+            switching: match self.switching {
+                Switching::Wormhole => SwitchingMode::Wormhole,
+                Switching::Vct => SwitchingMode::VirtualCutThrough,
+            },
+            bandwidth: self.bandwidth,
+            delay: self.delay,
+            dead_after: self.dead_after,
+            max_packet_flits: self.max_packet_flits,
+            recovery_protocol: self.recovery_protocol,
+            transport: self.transport().data(),
+            link_retrain: self.link_retrain,
+            hoq_lifetime: self.hoq_lifetime,
+            switch_latency: self.switch_latency,
+            crossbar_speedup: self.crossbar_speedup,
+        }
+    }
+
+    /// The daemons' parameters ([`crate::spec::FabricSpec::params`]).
+    pub fn params(&self) -> FabricParams {
+        self.spec().params()
+    }
+
+    /// The daemons' parameters for a fabric routed by `engine`
+    /// ([`crate::spec::FabricSpec::params_for`]).
+    pub fn params_for(&self, engine: &str) -> FabricParams {
+        self.spec().params_for(engine)
+    }
+
+    /// What carries the flits: `--transport`, shm by default.
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or(Transport::Shm)
+    }
+
+    /// `--tun` and its options.
+    pub fn tun_options(&self) -> Option<crate::tun::TunOptions> {
+        self.tun.then_some(crate::tun::TunOptions {
+            plan: self.tun_subnet,
+            mtu: self.tun_mtu,
+        })
+    }
+
+    /// The `--netns` name, checked; refused without `--transport ethernet`.
+    pub fn netns(&self) -> Result<Option<String>> {
+        match (&self.netns, self.transport()) {
+            (None, _) => Ok(None),
+            (Some(n), Transport::Ethernet) => {
+                crate::netns::check_name(n)?;
+                if crate::netns::EthernetNet::exists(n) {
+                    bail!("--netns {n}: that network namespace exists already (delete it with `ip netns del {n}`, or pick another name)");
+                }
+                Ok(Some(n.clone()))
+            }
+            (Some(n), Transport::Udp | Transport::Shm) => {
+                bail!("--netns {n}: a network namespace is only made for --transport ethernet")
+            }
+        }
     }
 }
 

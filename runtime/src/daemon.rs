@@ -2,9 +2,9 @@
 //! the configuration, start logging and metrics, bind the sockets.
 
 use crate::control::{self, ControlInbox};
-use crate::ethernet::EthernetTransport;
-use crate::shm::ShmTransport;
 use crate::telemetry;
+use crate::transport::ethernet::EthernetTransport;
+use crate::transport::shm::ShmTransport;
 use crate::transport::{Transport, UdpTransport};
 use anyhow::{Context, Result};
 use flitnet_core::control::{DaemonConfig, DataTransport};

@@ -10,13 +10,14 @@
 pub mod clock;
 pub mod control;
 pub mod daemon;
-pub mod ethernet;
 pub mod event_loop;
 pub mod events;
 pub mod resolve;
-pub mod shm;
 pub mod telemetry;
 pub mod transport;
+
+// The transports, by their short paths.
+pub use transport::{ethernet, shm};
 pub mod tun;
 
 pub use event_loop::{run, Daemon, Node};

@@ -7,7 +7,7 @@
 //! the crates add async runtimes or address handling that iproute2 does
 //! here.
 
-use crate::ethernet::Netns;
+use crate::transport::ethernet::Netns;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::TunConfig;
 use std::io;

@@ -11,6 +11,7 @@
 //! refused with a message saying why.
 
 pub mod engine;
+pub mod swarm;
 
 use crate::chaos::{self, Applied, ChaosReport};
 use crate::events::ControllerEvent;
@@ -77,7 +78,7 @@ pub struct SimRun {
 )]
 pub struct SwarmCli {
     #[command(flatten)]
-    pub swarm: crate::swarm::SwarmArgs,
+    pub swarm: swarm::SwarmArgs,
 }
 
 /// `flitctl sim`.
@@ -88,7 +89,7 @@ pub fn run(args: SimArgs) -> Result<()> {
             let cli = SwarmCli::parse_from(
                 std::iter::once("flitctl sim swarm".to_string()).chain(words[1..].iter().cloned()),
             );
-            return crate::swarm::run(cli.swarm);
+            return swarm::run(cli.swarm);
         }
         Some("--replay") => {
             let seed = words
@@ -99,13 +100,13 @@ pub fn run(args: SimArgs) -> Result<()> {
             if words.len() > 2 {
                 bail!("--replay SEED takes nothing else (the seed says everything)");
             }
-            return crate::swarm::replay(seed);
+            return swarm::replay(seed);
         }
         Some(w) if w.starts_with("--replay=") => {
             let seed = w["--replay=".len()..]
                 .parse::<u64>()
                 .context("--replay SEED: a number")?;
-            return crate::swarm::replay(seed);
+            return swarm::replay(seed);
         }
         _ => {}
     }

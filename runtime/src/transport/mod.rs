@@ -9,6 +9,9 @@
 //! syscall per batch instead of one per datagram, and nothing is allocated
 //! per datagram (docs/performance.md has the numbers).
 
+pub mod ethernet;
+pub mod shm;
+
 use anyhow::{Context, Result};
 use flitnet_core::control::PortPeer;
 use flitnet_core::topology::PortNo;
@@ -40,8 +43,8 @@ pub use flitnet_core::control::TransportCounters;
 /// The data transport a daemon runs (`FabricParams::transport`).
 pub enum Transport {
     Udp(UdpTransport),
-    Ethernet(crate::ethernet::EthernetTransport),
-    Shm(crate::shm::ShmTransport),
+    Ethernet(ethernet::EthernetTransport),
+    Shm(shm::ShmTransport),
 }
 
 impl Transport {

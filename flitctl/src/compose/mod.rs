@@ -16,6 +16,8 @@
 //! but peers there must be named by service DNS name, which the daemon
 //! configuration cannot express yet (see docs/compose.md, "Swarm").
 
+pub mod placement;
+
 use crate::fabric::{daemon_configs, node_ip, CONTROL_PORT, DATA_PORT, METRICS_PORT};
 use anyhow::Context;
 use flitnet_core::control::{ConfigError, DaemonConfig, FabricParams, Role};
@@ -213,8 +215,8 @@ pub struct ComposeOptions {
     pub dns_peers: bool,
     /// Several machines: the machine of every node, written as swarm
     /// placement constraints in the stack file and into `fabric.json`
-    /// (crate::placement, docs/compose.md "Several machines").
-    pub placement: Option<crate::placement::Placement>,
+    /// (placement, docs/compose.md "Several machines").
+    pub placement: Option<placement::Placement>,
 }
 
 impl Default for ComposeOptions {
@@ -1072,12 +1074,12 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
     }
     let topo = crate::topo::load(&args.topology)?;
     let placement_file = match (&args.placement, args.nodes) {
-        (Some(path), _) => Some(crate::placement::PlacementFile::load(path)?),
-        (None, Some(n)) => Some(crate::placement::PlacementFile::numbered(n as usize)),
+        (Some(path), _) => Some(placement::PlacementFile::load(path)?),
+        (None, Some(n)) => Some(placement::PlacementFile::numbered(n as usize)),
         (None, None) => None,
     };
     let placement = placement_file
-        .map(|f| crate::placement::Placement::plan(&topo, f))
+        .map(|f| placement::Placement::plan(&topo, f))
         .transpose()?;
     let mut params = args.fabric.params();
     params.time_dilation = args.time_dilation;

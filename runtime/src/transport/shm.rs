@@ -39,7 +39,7 @@
 //! scribbling concurrently can only turn them into garbage, which the
 //! datagram's CRC catches like a corrupted frame.
 
-use crate::transport::TransportCounters;
+use super::TransportCounters;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{FabricParams, PortPeer};
 use flitnet_core::topology::PortNo;

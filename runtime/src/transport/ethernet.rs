@@ -20,7 +20,7 @@
 //! one thread per receiver, which a single-threaded ppoll loop with
 //! hundreds of daemons on two cores cannot afford.
 
-use crate::transport::{sendmmsg_outcome, SendOutcome, TransportCounters, RECV_SLOTS, SEND_BATCH};
+use super::{sendmmsg_outcome, SendOutcome, TransportCounters, RECV_SLOTS, SEND_BATCH};
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{parse_mac, PortPeer, ETHERTYPE_FLITNET};
 use flitnet_core::topology::PortNo;
