@@ -12,7 +12,6 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -153,15 +152,22 @@ fn measure(
 /// (detection, detection → installed) of a run's only fault, from its JSON
 /// report.
 fn timing(report: &[u8]) -> Result<(f64, f64)> {
-    let report: Value = serde_json::from_slice(report).context("no JSON report")?;
-    let Some(fault) = report["faults"].as_array().and_then(|f| f.first()) else {
-        bail!("the run reports no fault: {}", report["faults"]);
+    let report: crate::report::RunReport =
+        serde_json::from_slice(report).context("no JSON report")?;
+    let Some(fault) = report.faults.first() else {
+        bail!("the run reports no fault");
     };
-    let (Some(detected), Some(installed)) = (
-        fault["detection_ms"].as_f64(),
-        fault["routes_installed_ms"].as_f64(),
-    ) else {
-        bail!("the fault was not detected and routed around: {fault}");
+    figures(fault)
+}
+
+/// (detection, detection → installed) of one fault.
+fn figures(fault: &crate::report::FaultTiming) -> Result<(f64, f64)> {
+    let (Some(detected), Some(installed)) = (fault.detection_ms, fault.routes_installed_ms) else {
+        bail!(
+            "the fault ({} {}) was not detected and routed around",
+            fault.kind,
+            fault.element
+        );
     };
     Ok((detected, installed - detected))
 }
@@ -265,17 +271,15 @@ fn compose_rows(
                 anyhow::ensure!(out.status.success(), "docker kill failed");
             }
             let out = child.wait_with_output()?;
-            let report: Value = serde_json::from_slice(&out.stdout).context("no JSON report")?;
-            let only = report["faults"]
-                .as_array()
-                .and_then(|f| f.iter().find(|f| f["kind"] == fault))
-                .cloned()
-                .with_context(|| format!("no {fault} in {}", report["faults"]))?;
-            timing(
-                serde_json::json!({ "faults": [only] })
-                    .to_string()
-                    .as_bytes(),
-            )
+            let report: crate::report::RunReport =
+                serde_json::from_slice(&out.stdout).context("no JSON report")?;
+            let kinds: Vec<&str> = report.faults.iter().map(|f| f.kind.as_str()).collect();
+            let only = report
+                .faults
+                .iter()
+                .find(|f| f.kind == fault)
+                .with_context(|| format!("no {fault} among the run's faults {kinds:?}"))?;
+            figures(only)
         };
         rows.push(measure("compose kary-4-2", fault, 50.0, runs, once)?);
     }

@@ -318,18 +318,24 @@ pub struct FabricSection {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScenarioSwitchLatency(pub SwitchLatency);
 
+/// A key written as a whole number (`8`) or as text (`auto`, `4ft`), as
+/// text.
+fn whole_number_or_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(u64),
+        Text(String),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::Number(n) => n.to_string(),
+        Raw::Text(t) => t,
+    })
+}
+
 impl<'de> Deserialize<'de> for ScenarioSwitchLatency {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        let text = match Raw::deserialize(d)? {
-            Raw::Number(n) => n.to_string(),
-            Raw::Text(t) => t,
-        };
+        let text = whole_number_or_text(d)?;
         SwitchLatency::parse(&text)
             .map(ScenarioSwitchLatency)
             .map_err(|e| serde::de::Error::custom(e.0))
@@ -348,16 +354,7 @@ impl Default for DilationKey {
 
 impl<'de> Deserialize<'de> for DilationKey {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        let text = match Raw::deserialize(d)? {
-            Raw::N(n) => n.to_string(),
-            Raw::S(s) => s,
-        };
+        let text = whole_number_or_text(d)?;
         text.parse()
             .map(DilationKey)
             .map_err(serde::de::Error::custom)
@@ -370,16 +367,7 @@ pub struct HoqKey(pub crate::up::HoqLifetime);
 
 impl<'de> Deserialize<'de> for HoqKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        let text = match Raw::deserialize(d)? {
-            Raw::N(n) => n.to_string(),
-            Raw::S(s) => s,
-        };
+        let text = whole_number_or_text(d)?;
         crate::up::parse_hoq_lifetime(&text)
             .map(HoqKey)
             .map_err(serde::de::Error::custom)

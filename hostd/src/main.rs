@@ -60,7 +60,7 @@ struct IpInterface {
 }
 
 /// What the IP interface did with packets (metrics, docs/ip.md).
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 struct IpStats {
     /// Read from the device and handed to the fabric.
     sent: u64,
@@ -379,13 +379,16 @@ impl Daemon for HostNode {
             .absolute(i.packets_unrouted);
         counter!("flitnet_host_misrouted_packets_total", "host" => host.clone())
             .absolute(i.packets_misrouted);
-        if let Some(ip) = &self.ip {
+        // Zero without an IP interface, like the other mechanism counters:
+        // a dashboard shows 0, not "no data".
+        let ip = self.ip.as_ref().map(|ip| ip.stats).unwrap_or_default();
+        {
             for (event, n) in [
-                ("sent", ip.stats.sent),
-                ("unroutable", ip.stats.unroutable),
-                ("refused", ip.stats.refused),
-                ("received", ip.stats.received),
-                ("write-dropped", ip.stats.write_dropped),
+                ("sent", ip.sent),
+                ("unroutable", ip.unroutable),
+                ("refused", ip.refused),
+                ("received", ip.received),
+                ("write-dropped", ip.write_dropped),
             ] {
                 counter!("flitnet_host_ip_packets_total", "host" => host.clone(), "event" => event)
                     .absolute(n);

@@ -1082,6 +1082,10 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         .map(|f| placement::Placement::plan(&topo, f))
         .transpose()?;
     let mut params = args.fabric.params();
+    // Containers reach each other over the bundle's network: UDP is the
+    // compose transport (the local default, shm, needs one machine's
+    // shared memory; any other was refused above).
+    params.transport = flitnet_core::control::DataTransport::Udp;
     params.time_dilation = args.time_dilation;
     let opts = ComposeOptions {
         params,
