@@ -13,9 +13,7 @@
 //! Skipped, with a message, only when `prometheus` or `promtool` is missing
 //! (`apt-get install prometheus`; .ci/run installs it).
 
-use flitnet::prom::{
-    dashboard_queries, exposed_names, http_get, installed, instantiate, promtool_check, query,
-};
+use flitnet::prom::{exposed_names, http_get, installed, promtool_check, query};
 use flitnet::{bin, topology, workspace_dir};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -224,34 +222,11 @@ fn prometheus_scrapes_the_fabric_and_every_dashboard_query_has_data() {
 
     // (b) and (c): every dashboard query returns data and names only
     // exported metrics.
-    let dir = workspace_dir().join("grafana/dashboards");
-    let mut checked = 0;
-    let mut failures = Vec::new();
-    for e in std::fs::read_dir(&dir).unwrap().flatten() {
-        let path = e.path();
-        if path.extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        let file = path.file_name().unwrap().to_string_lossy().to_string();
-        let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
-            .unwrap_or_else(|err| panic!("{file} is not valid JSON: {err}"));
-        for (place, expr) in dashboard_queries(&file, &json) {
-            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("flitnet_") && !exported.contains(word) {
-                    failures.push(format!("{place}: {word} is exported by nobody"));
-                }
-            }
-            let promql = instantiate(&expr);
-            match query(prom, &promql) {
-                Ok(result) if result.is_empty() => {
-                    failures.push(format!("{place}: no data for {promql}"))
-                }
-                Ok(_) => {}
-                Err(err) => failures.push(format!("{place}: {err}")),
-            }
-            checked += 1;
-        }
-    }
+    let (checked, failures) = flitnet::prom::check_dashboards(
+        &workspace_dir().join("grafana/dashboards"),
+        prom,
+        &exported,
+    );
     eprintln!(
         "{checked} dashboard queries checked after {:.1}s",
         started.elapsed().as_secs_f64()
