@@ -63,6 +63,16 @@ struct Workload {
     kill_at_ns: Option<u64>,
 }
 
+/// The controller's delays in the benched runs: re-routing within the
+/// millisecond, the live delays scaled down with the interval.
+const TIMING: ControllerTiming = ControllerTiming {
+    settle: Settle {
+        quiet_ns: 50_000,
+        max_ns: 100_000,
+    },
+    install_ns: 100_000,
+};
+
 const WORKLOADS: [Workload; 3] = [
     Workload {
         name: "kary-4-2",
@@ -176,15 +186,7 @@ fn run_one(w: &Workload, queue: Queue) -> Result<Figures> {
         steps,
         seed: 1,
         params,
-        // Re-routing within the millisecond: the controller's delays
-        // scaled down with the interval.
-        timing: ControllerTiming {
-            settle: Settle {
-                quiet_ns: 50_000,
-                max_ns: 100_000,
-            },
-            install_ns: 100_000,
-        },
+        timing: TIMING,
         drain: false,
         topo,
     };
@@ -393,13 +395,7 @@ pub fn flit_hops_per_s(
         steps: Vec::new(),
         seed: 1,
         params,
-        timing: ControllerTiming {
-            settle: Settle {
-                quiet_ns: 50_000,
-                max_ns: 100_000,
-            },
-            install_ns: 100_000,
-        },
+        timing: TIMING,
         drain: false,
         topo,
     };

@@ -119,15 +119,16 @@ impl<'a> Controller<'a> {
             if crate::interrupt::requested() {
                 return;
             }
-            if self.decider.due().is_some_and(|due| due <= now_ns()) {
-                if let Some(reroute) = self.decider.take_due(self.topo, now_ns()) {
+            let now_emulated = now_ns();
+            if self.decider.due().is_some_and(|due| due <= now_emulated) {
+                if let Some(reroute) = self.decider.take_due(self.topo, now_emulated) {
                     self.reroute(reroute);
                 }
                 continue;
             }
             let now = Instant::now();
             if now >= until {
-                // Take in what already arrived, so that `dirty` is current.
+                // Take in what already arrived, so that the decider is current.
                 let new = self.events.wait_since(self.cursor, Duration::ZERO);
                 if new.is_empty() {
                     return;

@@ -484,7 +484,7 @@ impl<'p> Sim<'p> {
     fn run_to(&mut self, until: u64) {
         loop {
             self.step_fabric(until);
-            match self.reroute_due() {
+            match self.decider.due() {
                 Some(d) if d <= self.now() => {
                     if let Some(reroute) = self.decider.take_due(&self.plan.topo, self.now()) {
                         self.reroute(reroute);
@@ -503,7 +503,7 @@ impl<'p> Sim<'p> {
     fn step_fabric(&mut self, until: u64) {
         let mut touched: Vec<usize> = Vec::new();
         loop {
-            let limit = match self.reroute_due() {
+            let limit = match self.decider.due() {
                 Some(d) if self.controller_on => until.min(d),
                 _ => until,
             };
@@ -541,10 +541,6 @@ impl<'p> Sim<'p> {
             self.decider.absorb(&self.plan.topo, r, now);
         }
         self.cursor = self.records.len();
-    }
-
-    fn reroute_due(&self) -> Option<u64> {
-        self.decider.due()
     }
 
     /// The controller's re-route: new tables around the detected faults,
