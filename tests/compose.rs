@@ -65,13 +65,8 @@ fn compose_tool() -> Option<Vec<String>> {
     if !works("docker", &["info"]) {
         return None;
     }
-    if works("docker-compose", &["version"]) {
-        Some(vec!["docker-compose".into()])
-    } else if works("docker", &["compose", "version"]) {
-        Some(vec!["docker".into(), "compose".into()])
-    } else {
-        None
-    }
+    let tool = flitctl::compose::compose_command()?;
+    Some(tool.into_iter().map(String::from).collect())
 }
 
 /// Builds the image once per test binary (the cargo build inside is
@@ -179,18 +174,7 @@ fn bundle(test: &str, topo: &str, subnet: &str, events_port: u16) -> PathBuf {
 
 /// The node services of a bundle (every config but fabric.json).
 fn node_services(dir: &Path) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(dir.join("configs"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            name.strip_suffix(".json")
-                .filter(|s| *s != "fabric")
-                .map(str::to_string)
-        })
-        .collect();
-    out.sort();
-    out
+    flitctl::compose::node_services(dir).expect("the bundle's configs")
 }
 
 fn free_udp_port() -> u16 {

@@ -181,11 +181,7 @@ fn compose_rows(
     project: &str,
     runs: usize,
 ) -> Result<Vec<Row>> {
-    let compose: Vec<&str> = if works("docker-compose", &["version"]) {
-        vec!["docker-compose"]
-    } else if works("docker", &["compose", "version"]) {
-        vec!["docker", "compose"]
-    } else {
+    let Some(compose) = crate::compose::compose_command() else {
         bail!("--image: neither docker-compose nor the docker compose plugin works");
     };
     let project = format!("{project}-{}", std::process::id());
@@ -226,16 +222,7 @@ fn compose_rows(
         let once = || -> Result<(f64, f64)> {
             // A fresh fabric each run: a killed container stays dead.
             let _down = Down(&docker);
-            let mut services: Vec<String> = std::fs::read_dir(dir.join("configs"))?
-                .flatten()
-                .filter_map(|e| {
-                    let n = e.file_name().to_string_lossy().to_string();
-                    n.strip_suffix(".json")
-                        .filter(|s| *s != "fabric")
-                        .map(str::to_string)
-                })
-                .collect();
-            services.sort();
+            let services = crate::compose::node_services(&dir)?;
             let mut up = vec!["up", "-d", "--no-color"];
             up.extend(services.iter().map(String::as_str));
             docker(&up)?;
@@ -287,13 +274,4 @@ fn compose_rows(
     rows[1].ratio_to_link = Some(rows[1].install_ms / link.max(1e-3));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(rows)
-}
-
-fn works(prog: &str, args: &[&str]) -> bool {
-    Command::new(prog)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }

@@ -1055,6 +1055,42 @@ pub struct ComposeArgs {
     pub placement: Option<std::path::PathBuf>,
 }
 
+/// The Compose command of this machine: `docker-compose` (v1) or the
+/// `docker compose` plugin (v2), whichever works; None if neither does.
+pub fn compose_command() -> Option<Vec<&'static str>> {
+    let works = |prog: &str, args: &[&str]| {
+        std::process::Command::new(prog)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works("docker-compose", &["version"]) {
+        Some(vec!["docker-compose"])
+    } else if works("docker", &["compose", "version"]) {
+        Some(vec!["docker", "compose"])
+    } else {
+        None
+    }
+}
+
+/// The node services of a written bundle (one per daemon config, that is
+/// every config but fabric.json), sorted.
+pub fn node_services(bundle: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut out: Vec<String> = std::fs::read_dir(bundle.join("configs"))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            name.strip_suffix(".json")
+                .filter(|s| *s != "fabric")
+                .map(str::to_string)
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
 /// Generates and writes the bundle; prints what was written.
 pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
     if let Some(t @ (crate::up::Transport::Ethernet | crate::up::Transport::Shm)) =
