@@ -61,7 +61,7 @@ pub fn run(args: BenchRerouteArgs) -> Result<()> {
     let exe = std::env::current_exe().context("finding flitctl")?;
     let mut fabrics = vec![("kary-4-2.yaml", "s0-0:4", "s1-3", 50.0)];
     if !args.quick {
-        fabrics.push(("kary-4-3.yaml", "s0-0:4", "s2-15", 100.0));
+        fabrics.push(("kary-4-3.yaml", "s0-00:4", "s2-15", 100.0));
     }
     let mut rows = Vec::new();
     for (file, link, switch, goal) in fabrics {
@@ -74,10 +74,13 @@ pub fn run(args: BenchRerouteArgs) -> Result<()> {
                 .args(["--duration", "3s", "--load", "0.1", "--kill-at", "1s"])
                 .args(["--time-dilation", "1", "--progress", "never", "--json"])
                 .args(kill)
-                .stderr(Stdio::null())
                 .output()
                 .context("running flitctl up")?;
-            timing(&out.stdout)
+            // A run that printed no report says why on stderr.
+            timing(&out.stdout).with_context(|| {
+                let err = String::from_utf8_lossy(&out.stderr);
+                format!("flitctl up: {}", err.lines().last().unwrap_or("").trim())
+            })
         };
         let link_row = measure(&name, "link-down", goal, args.runs, || {
             up(&["--kill-link", link])
