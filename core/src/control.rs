@@ -103,7 +103,7 @@ pub struct FabricParams {
     /// Recovery protocol switches and hosts run (seed 003 SBRP, see
     /// `docs/sbrp.md`); `none` by default.
     #[serde(default)]
-    pub recovery: crate::host::sbrp::RecoveryProtocol,
+    pub recovery: crate::mechanism::sbrp::RecoveryProtocol,
     /// What carries the datagrams; `udp` by default.
     #[serde(default)]
     pub transport: DataTransport,

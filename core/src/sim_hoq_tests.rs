@@ -19,11 +19,11 @@
 use crate::host::endpoint::{HostConfig, HostEndpoint, InjectionVc};
 use crate::host::message::split_message_id;
 use crate::host::retained::ReleasePolicy;
-use crate::host::sbrp::{RecoveryProtocol, SbrpConfig};
 use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
 use crate::mechanism::hoq::default_head_of_queue_lifetime_ns;
+use crate::mechanism::sbrp::{host::SbrpConfig, RecoveryProtocol};
 use crate::routing::registry::engine;
 use crate::sim::{build_fabric, Fabric, SimConfig};
 use crate::switch::{Switch, SwitchTiming, Switching};

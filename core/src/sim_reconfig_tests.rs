@@ -25,10 +25,10 @@
 use crate::host::endpoint::{HostConfig, HostEndpoint, InjectionVc};
 use crate::host::message::split_message_id;
 use crate::host::retained::ReleasePolicy;
-use crate::host::sbrp::{RecoveryProtocol, SbrpConfig};
 use crate::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use crate::host::traffic::TrafficPattern;
 use crate::link::LinkConfig;
+use crate::mechanism::sbrp::{host::SbrpConfig, RecoveryProtocol};
 use crate::routing::registry::engine;
 use crate::routing::{RoutingTables, SwitchTable};
 use crate::sim::{build_fabric, Fabric, SimConfig};

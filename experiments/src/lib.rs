@@ -5,8 +5,10 @@
 //!
 //! - [`analysis`]: offline analyses behind the papers' results (SBRP
 //!   orderings in the simulator, DLR connectivity);
-//! - [`reproduce`]: the paper constants, one section per paper, their
-//!   statistics and the Markdown report.
+//! - [`reproduce`]: the paper constants, one section per paper and the
+//!   Markdown report;
+//! - [`stats`]: the statistics both use.
 
 pub mod analysis;
 pub mod reproduce;
+pub mod stats;

@@ -24,7 +24,7 @@ use crate::mechanism::Mechanism as FabricMechanism;
 use crate::parse::parse_duration;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
-use flitnet_core::host::sbrp::RecoveryProtocol;
+use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};

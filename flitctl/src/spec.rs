@@ -7,7 +7,7 @@ use crate::parse::parse_duration;
 use anyhow::{bail, Result};
 use clap::Args;
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
-use flitnet_core::host::sbrp::RecoveryProtocol;
+use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use std::time::Duration;
 
 /// Link and switch parameters of an emulated fabric.
@@ -125,7 +125,7 @@ pub struct FabricArgs {
     /// Recovery protocol for packets cut by a fault: none, sbrp0, sbrp1,
     /// sbrp2 (docs/sbrp.md).
     #[arg(long, default_value = "none", value_parser = parse_recovery)]
-    pub recovery_protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+    pub recovery_protocol: flitnet_core::mechanism::sbrp::RecoveryProtocol,
     /// What carries the flits between daemons: `udp` on loopback,
     /// `ethernet`: raw Ethernet frames over one veth pair per link, in a
     /// network namespace made for the run (needs root), or `shm`:
@@ -216,7 +216,7 @@ pub fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
 /// off so that ordinary congestion can never cost a packet.
 pub fn needs_hoq_lifetime(
     engine: &str,
-    protocol: flitnet_core::host::sbrp::RecoveryProtocol,
+    protocol: flitnet_core::mechanism::sbrp::RecoveryProtocol,
 ) -> bool {
     engine == "local-reroute" && protocol.is_on()
 }
@@ -240,8 +240,8 @@ impl Transport {
     }
 }
 
-fn parse_recovery(s: &str) -> Result<flitnet_core::host::sbrp::RecoveryProtocol, String> {
-    flitnet_core::host::sbrp::RecoveryProtocol::parse(s)
+fn parse_recovery(s: &str) -> Result<flitnet_core::mechanism::sbrp::RecoveryProtocol, String> {
+    flitnet_core::mechanism::sbrp::RecoveryProtocol::parse(s)
         .ok_or_else(|| format!("unknown recovery protocol {s:?} (none, sbrp0, sbrp1, sbrp2)"))
 }
 

@@ -11,11 +11,11 @@ use flitnet_core::control::{
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::ip::{self, IpPlan};
 use flitnet_core::host::retained::ReleasePolicy;
-use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::mechanism::intermediate::Mechanisms;
+use flitnet_core::mechanism::sbrp::host::SbrpConfig;
 use flitnet_core::topology::PortNo;
 use flitnet_runtime::{daemon, run, Daemon, Node};
 use metrics::{

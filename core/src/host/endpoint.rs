@@ -18,14 +18,13 @@
 //! is never a bottleneck), so credits flow back to the switch.
 
 use super::histogram::{Moments, Percentiles};
-use super::message::{OutPacket, Packetiser};
-use super::retained::ReleasePolicy;
-use super::sbrp::{self, ReceiverRecovery, RrqVerdict, SbrpConfig, SbrpStats, SenderRecovery};
+use super::hook::Installed;
+use super::message::OutPacket;
 use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
 use super::source::{Source, SourceConfig, SourceError, SourceStats};
-use crate::flit::Flit;
 use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
-use crate::mechanism::intermediate::{Applied, IntermediateRoutes, IntermediateStats};
+use crate::mechanism::intermediate::IntermediateStats;
+use crate::mechanism::sbrp::host::SbrpStats;
 use crate::topology::{HostId, PortNo};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -92,7 +91,7 @@ pub enum ConfigError {
     )]
     RecoveryNeedsRetention {
         host: HostId,
-        protocol: sbrp::RecoveryProtocol,
+        protocol: crate::mechanism::sbrp::RecoveryProtocol,
     },
     #[error("host {host}: a flit with {payload} payload bytes does not fit the link MTU {mtu}")]
     FlitTooLarge {
@@ -233,9 +232,9 @@ pub const MAX_FLOW_REPORT_HOSTS: usize = 1024;
 /// One host, sans-IO.
 #[derive(Debug)]
 pub struct HostEndpoint {
-    cfg: HostConfig,
-    source: Source,
-    sink: Sink,
+    pub(crate) cfg: HostConfig,
+    pub(crate) source: Source,
+    pub(crate) sink: Sink,
     /// The port the host sends on (port 0), and receives on too unless it
     /// has a receive link.
     link: Link,
@@ -244,24 +243,15 @@ pub struct HostEndpoint {
     /// carries this host's flits out (and the switch's credits in).
     rx_link: Option<(PortNo, Link)>,
     /// Per VC, the packet being injected on it.
-    lanes: Vec<Option<OutPacket>>,
+    pub(crate) lanes: Vec<Option<OutPacket>>,
     /// Round-robin cursor over lanes.
     next_lane: usize,
     events: VecDeque<HostEvent>,
     started_at: Option<u64>,
     last_now: u64,
     abandoned_packets: u64,
-    /// SBRP (spec 003 §5): configuration, sender and receiver halves.
-    sbrp_cfg: SbrpConfig,
-    sender: SenderRecovery,
-    receiver: ReceiverRecovery,
-    sbrp_stats: SbrpStats,
-    /// One-flit control packets (RRQs) waiting for an idle lane.
-    control_out: VecDeque<Flit>,
-    /// Seed 004: per-destination intermediate-node routes, once the
-    /// controller has pushed a fault set.
-    in_routes: Option<IntermediateRoutes>,
-    in_stats: IntermediateStats,
+    /// The mechanisms' host hooks ([`super::hook`]), in registry order.
+    pub(crate) hooks: Vec<Installed>,
     /// The controller holds injection while it swaps routing tables
     /// ([`HostEndpoint::set_injection_paused`]): packets already on their
     /// way out finish, nothing new starts.
@@ -306,13 +296,7 @@ impl HostEndpoint {
             started_at: None,
             last_now: 0,
             abandoned_packets: 0,
-            sbrp_cfg: SbrpConfig::default(),
-            sender: SenderRecovery::default(),
-            receiver: ReceiverRecovery::new(vcs),
-            sbrp_stats: SbrpStats::default(),
-            control_out: VecDeque::new(),
-            in_routes: None,
-            in_stats: IntermediateStats::default(),
+            hooks: Vec::new(),
             injection_paused: false,
             data_out: BTreeMap::new(),
             cfg,
@@ -377,48 +361,10 @@ impl HostEndpoint {
         });
     }
 
-    /// Turns on a recovery protocol (spec 003 §5). The source must retain
-    /// its messages ([`ReleasePolicy::HoldFor`] or `UntilReleased`), since a
-    /// recover request can only be served from the retained copy; the sink
-    /// then delivers each flow in order.
-    pub fn set_recovery(&mut self, cfg: SbrpConfig) -> Result<(), ConfigError> {
-        if cfg.protocol.is_on() && self.source.config().release == ReleasePolicy::WhenSent {
-            return Err(ConfigError::RecoveryNeedsRetention {
-                host: self.cfg.host,
-                protocol: cfg.protocol,
-            });
-        }
-        self.sink.set_in_order(cfg.protocol.is_on());
-        self.sbrp_cfg = cfg;
-        Ok(())
-    }
-
-    /// Installs (or, with `None`, removes) the per-destination
-    /// intermediate-node routes (seed 004 §3.2): every packet whose head is
-    /// built from now on carries its destination's route. Packets already
-    /// partly injected keep the route their head left with.
-    pub fn set_intermediate_routes(&mut self, routes: Option<IntermediateRoutes>) {
-        self.in_stats.table_updates += 1;
-        self.in_stats.table = routes.as_ref().map(|r| r.summary().clone());
-        self.in_routes = routes;
-    }
-
-    pub fn intermediate_stats(&self) -> &IntermediateStats {
-        &self.in_stats
-    }
-
-    pub fn recovery(&self) -> &SbrpConfig {
-        &self.sbrp_cfg
-    }
-
-    pub fn sbrp_stats(&self) -> &SbrpStats {
-        &self.sbrp_stats
-    }
-
-    /// Cut packets the receiver half still waits on, resends not yet
-    /// started, and RRQs not yet sent.
+    /// Work the mechanisms still hold: for SBRP, cut packets the receiver
+    /// half waits on, resends not yet started, and RRQs not yet sent.
     pub fn recovery_in_progress(&self) -> usize {
-        self.receiver.waiting() + self.sender.pending() + self.control_out.len()
+        self.hooks.iter().map(|h| h.hook.in_progress()).sum()
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -472,7 +418,9 @@ impl HostEndpoint {
     /// keep asking, for `max_receiver_rrqs` doubling waits).
     pub fn peer_down(&mut self, peer: HostId) {
         self.source.set_destination_down(peer, true);
-        self.receiver.forget_source(peer);
+        for h in &mut self.hooks {
+            h.hook.on_peer_down(peer);
+        }
     }
 
     pub fn source_mut(&mut self) -> &mut Source {
@@ -505,11 +453,9 @@ impl HostEndpoint {
         self.sink.begin_run();
         self.started_at = None;
         self.abandoned_packets = 0;
-        self.sbrp_stats = SbrpStats::default();
-        self.in_stats = IntermediateStats {
-            table: self.in_stats.table.clone(),
-            ..IntermediateStats::default()
-        };
+        for h in &mut self.hooks {
+            h.hook.begin_run();
+        }
     }
 
     /// Stops generating; what is queued is still sent.
@@ -524,8 +470,7 @@ impl HostEndpoint {
         self.source.is_drained()
             && self.lanes.iter().all(Option::is_none)
             && self.link.queued() == 0
-            && self.sender.pending() == 0
-            && self.control_out.is_empty()
+            && self.hooks.iter().all(|h| h.hook.is_drained())
     }
 
     /// Holds (or lets go of) injection. While paused, a packet already
@@ -633,12 +578,13 @@ impl HostEndpoint {
             self.rx_link.as_ref().and_then(|(_, l)| l.poll_timeout()),
             self.link.poll_timeout(),
             self.source.poll_timeout(),
-            // A resend already due waits for credits or a lane, which
-            // arrive with a datagram: no wake-up for it.
-            self.sender.next_due().filter(|&t| t > self.last_now),
-            self.receiver.next_due(),
         ]
         .into_iter()
+        .chain(
+            self.hooks
+                .iter()
+                .map(|h| h.hook.poll_timeout(self.last_now)),
+        )
         .flatten()
         .min()
     }
@@ -652,9 +598,25 @@ impl HostEndpoint {
         self.sink.trace()
     }
 
+    /// A flit through the receive path, as if the link had delivered it.
+    #[cfg(test)]
+    pub(crate) fn receive_for_test(&mut self, now: u64, flit: &crate::flit::Flit) {
+        self.tick(now);
+        self.receive(now, flit);
+    }
+
+    /// One flit off the link: to the hooks that want it, else the sink.
+    fn receive(&mut self, now: u64, flit: &crate::flit::Flit) {
+        let mut consumed = false;
+        self.each_hook(|h, host| consumed = consumed || h.intercept(host, now, flit));
+        if !consumed {
+            self.sink.receive(now, flit);
+            self.each_hook(|h, host| h.on_received(host, now, flit));
+        }
+    }
+
     /// Moves received flits to the sink and queued packets onto the link.
     fn pump(&mut self, now: u64) {
-        let on = self.sbrp_cfg.protocol.is_on();
         loop {
             // Flits arrive on the receive link when there is one; the
             // main link is polled too (it carries nothing but credits then).
@@ -665,19 +627,7 @@ impl HostEndpoint {
                     None => break,
                 },
             };
-            if on && sbrp::is_rrq(&flit) {
-                self.on_rrq(now, &flit);
-            } else {
-                self.sink.receive(now, &flit);
-                if on && self.receiver.observe(now, &self.sbrp_cfg, &flit) {
-                    self.sbrp_stats.nft_received += 1;
-                    // A packet from a dead host, cut on its way out of
-                    // the dead router: no resend will ever come.
-                    for dead in self.source.destinations_down() {
-                        self.receiver.forget_source(dead);
-                    }
-                }
-            }
+            self.receive(now, &flit);
             // The flit was consumed: its slot is free again.
             let link = match (&mut self.rx_link, from_rx) {
                 (Some((_, l)), true) => l,
@@ -685,21 +635,7 @@ impl HostEndpoint {
             };
             let _ = link.release(flit.vc, 1);
         }
-        if on {
-            let packetiser = Packetiser {
-                max_packet_flits: self.cfg.source.max_packet_flits,
-            };
-            let sink = &self.sink;
-            self.sbrp_stats.rrq_sent += self.receiver.due_rrqs(
-                now,
-                self.cfg.host,
-                &self.sbrp_cfg,
-                &packetiser,
-                self.lane_vc(0),
-                |src, msg, from, to| sink.first_missing(src, msg, from, to),
-                &mut self.control_out,
-            );
-        }
+        self.each_hook(|h, host| h.after_receive(host, now));
         while let Some(e) = self.sink.poll_event() {
             self.events.push_back(match e {
                 SinkEvent::Delivered {
@@ -732,7 +668,7 @@ impl HostEndpoint {
         }
     }
 
-    fn lane_vc(&self, lane: usize) -> u8 {
+    pub(crate) fn lane_vc(&self, lane: usize) -> u8 {
         match self.cfg.injection {
             InjectionVc::Fixed { vc } => vc,
             InjectionVc::RoundRobin => lane as u8,
@@ -755,16 +691,17 @@ impl HostEndpoint {
                     if self.injection_paused {
                         continue;
                     }
-                    // Control packets first, then resends, then new packets.
-                    if let Some(mut rrq) = self.control_out.pop_front() {
-                        rrq.vc = vc;
-                        if let Err(e) = self.link.send(rrq) {
+                    // Control packets first, then the mechanisms' packets
+                    // (resends), then new packets.
+                    let control = self.hooks.iter_mut().find_map(|h| h.hook.take_control(vc));
+                    if let Some(control) = control {
+                        if let Err(e) = self.link.send(control) {
                             self.events.push_back(HostEvent::SendFailed(e));
                         }
                         progressed = true;
                         continue;
                     }
-                    self.lanes[lane] = self.sender.take_due(now);
+                    self.lanes[lane] = self.hooks.iter_mut().find_map(|h| h.hook.take_packet(now));
                     if self.lanes[lane].is_none() {
                         self.lanes[lane] = self.source.take_packet();
                     }
@@ -786,19 +723,9 @@ impl HostEndpoint {
                             super::ip::segment(data, flit.seq, self.cfg.source.payload_bytes);
                     }
                 }
-                if let (Some(routes), Some(head)) = (&self.in_routes, flit.head.as_mut()) {
-                    match routes.apply(head) {
-                        Applied::Direct => {}
-                        Applied::Unrouted => self.in_stats.packets_unrouted += 1,
-                        Applied::Routed {
-                            intermediates,
-                            deterministic,
-                            misrouted,
-                        } => {
-                            self.in_stats.packets_via_intermediate += (intermediates > 0) as u64;
-                            self.in_stats.packets_deterministic += deterministic as u64;
-                            self.in_stats.packets_misrouted += misrouted as u64;
-                        }
+                if let Some(head) = flit.head.as_mut() {
+                    for h in &mut self.hooks {
+                        h.hook.shape_head(head);
                     }
                 }
                 if let Err(e) = self.link.send(flit) {
@@ -824,78 +751,6 @@ impl HostEndpoint {
         }
     }
 
-    /// A recover request reached this host as a sender (spec 003 §5.3
-    /// steps 5–6, §5.11.3): stop the packet if it is still being injected
-    /// (its path is closed by a virtual tail), then resend it — whole in
-    /// SBRP-0, from the flit the RRQ names in SBRP-1/2 — with the next
-    /// SSNF, after the software overhead.
-    fn on_rrq(&mut self, now: u64, rrq: &Flit) {
-        self.sbrp_stats.rrq_received += 1;
-        let Some(retained) = self.source.retained().get(rrq.msg) else {
-            self.sbrp_stats.unrecoverable_rrq += 1;
-            return;
-        };
-        let msg = retained.msg;
-        let packetiser = Packetiser {
-            max_packet_flits: self.cfg.source.max_packet_flits,
-        };
-        if rrq.packet >= packetiser.packets(msg.flits) {
-            self.sbrp_stats.unrecoverable_rrq += 1;
-            return;
-        }
-        let (first, len) = packetiser.bounds(msg.flits, rrq.packet);
-        let (from, ssnf) = match self.sender.judge(self.sbrp_cfg.protocol, rrq, first, len) {
-            RrqVerdict::Stale => {
-                self.sbrp_stats.stale_rrq += 1;
-                return;
-            }
-            RrqVerdict::Resend { from, ssnf } => (from, ssnf),
-        };
-        // Was the packet fully sent (counted), or is it still going out?
-        let mut was_counted = true;
-        for p in self.lanes.iter_mut().flatten() {
-            if p.msg.id == rrq.msg && p.packet == rrq.packet && !p.is_done() && !p.abort {
-                p.abort = true;
-                was_counted = false;
-                self.sbrp_stats.aborted_packets += 1;
-            }
-        }
-        if self.sender.cancel(rrq.msg, rrq.packet) {
-            was_counted = false;
-        }
-        self.source.retained_mut().reopen(msg.id, was_counted);
-        let mut flags = crate::flit::flags::RETRANSMISSION;
-        if from > first {
-            flags |= crate::flit::flags::FIRST_SEQUENCE;
-        }
-        let resend = OutPacket {
-            src: self.cfg.host,
-            msg,
-            packet: rrq.packet,
-            first_seq: from,
-            len: first + len - from,
-            emitted: 0,
-            submsg: ssnf,
-            flags,
-            abort: false,
-        };
-        self.sbrp_stats.resent_packets += 1;
-        self.sbrp_stats.resent_flits += resend.len as u64;
-        // The software overhead (spec 003 §5.9): the resending handler's,
-        // plus node C's recover handler when C made the RRQ (the switch
-        // keeps no timer for it; see `SbrpConfig`).
-        let mut overhead = self.sbrp_cfg.resend_delay_ns;
-        if !sbrp::rrq_from_receiver(rrq) {
-            overhead = overhead.saturating_add(self.sbrp_cfg.switch_report_delay_ns);
-        }
-        self.sender.schedule(now.saturating_add(overhead), resend);
-        // Forget SSNFs of released messages now and then.
-        if self.sbrp_stats.resent_packets % 256 == 0 {
-            let retained = self.source.retained();
-            self.sender.prune(|m| retained.get(m).is_some());
-        }
-    }
-
     pub fn report(&self) -> HostReport {
         let source = self.source.stats().clone();
         let sink = self.sink.stats().clone();
@@ -916,7 +771,7 @@ impl HostEndpoint {
             accepted_flits_per_s: per_s(sink.delivered_flits),
             accepted_messages_per_s: per_s(sink.delivered_messages),
         };
-        HostReport {
+        let mut report = HostReport {
             host: self.cfg.host,
             pattern: self.cfg.source.pattern.to_string(),
             latency_ns: self.sink.latency().percentiles(),
@@ -940,17 +795,22 @@ impl HostEndpoint {
                 BTreeMap::new()
             },
             trace_hash: self.sink.trace_hash(),
-            sbrp: self.sbrp_stats.clone(),
-            intermediate: self.in_stats.clone(),
+            sbrp: SbrpStats::default(),
+            intermediate: IntermediateStats::default(),
             source,
             sink,
+        };
+        for h in &self.hooks {
+            h.hook.report(&mut report);
         }
+        report
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::message::split_message_id;
+    use super::super::retained::ReleasePolicy;
     use super::super::source::{ArrivalProcess, MessageLength, OfferedLoad};
     use super::super::traffic::TrafficPattern;
     use super::*;
@@ -1497,7 +1357,8 @@ mod tests {
     #[test]
     fn a_resend_waits_for_the_software_overhead() {
         use super::super::message::message_id;
-        use crate::host::sbrp::{receiver_rrq_flit, rrq_flit, RecoveryProtocol};
+        use crate::mechanism::sbrp::host::{SbrpConfig, SbrpHost};
+        use crate::mechanism::sbrp::{receiver_rrq_flit, rrq_flit, RecoveryProtocol};
         let one = |host| {
             let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
             c.source.length = MessageLength::Fixed { flits: 8 };
@@ -1529,33 +1390,35 @@ mod tests {
         };
 
         // Node C's RRQ: C's handler (260) + the sender's (380).
+        let sbrp = |a: &HostEndpoint| a.hook::<SbrpHost>().unwrap().resends();
         let t = 60_000_000;
-        a.on_rrq(t, &rrq_flit(1, 0, msg, 0, 0, 3, 0, t));
+        a.receive_for_test(t, &rrq_flit(1, 0, msg, 0, 0, 3, 0, t));
         assert_eq!(resent(&a), 1);
-        assert_eq!(a.sender.next_due(), Some(t + 640));
+        assert_eq!(sbrp(&a), (1, Some(t + 640)));
         a.handle_timeout(t + 639);
-        assert!(!started(&a) && a.sender.pending() == 1, "resent too early");
+        assert!(!started(&a) && sbrp(&a).0 == 1, "resent too early");
         a.handle_timeout(t + 640);
-        assert_eq!(a.sender.pending(), 0, "not resent when due");
+        assert_eq!(sbrp(&a).0, 0, "not resent when due");
         assert!(started(&a) || a.link().queued() > 0);
         let mut buf = Vec::new();
         while a.poll_transmit(t + 640, &mut buf) {}
 
         // The receiver's RRQ about the resend: the sender's 380 only.
         let t = 70_000_000;
-        a.on_rrq(t, &receiver_rrq_flit(1, 0, msg, 0, 1, 5, 0, t));
+        a.receive_for_test(t, &receiver_rrq_flit(1, 0, msg, 0, 1, 5, 0, t));
         assert_eq!(resent(&a), 2);
-        assert_eq!(a.sender.next_due(), Some(t + 380));
+        assert_eq!(sbrp(&a), (1, Some(t + 380)));
         a.handle_timeout(t + 379);
-        assert_eq!(a.sender.pending(), 1, "resent too early");
+        assert_eq!(sbrp(&a).0, 1, "resent too early");
         a.handle_timeout(t + 380);
-        assert_eq!(a.sender.pending(), 0, "not resent when due");
+        assert_eq!(sbrp(&a).0, 0, "not resent when due");
     }
 
     /// With no overhead configured for C (the default), a switch's RRQ is
     /// served after the sender's own delay only, as before the field.
     #[test]
     fn a_switch_rrq_costs_nothing_extra_by_default() {
+        use crate::mechanism::sbrp::host::SbrpConfig;
         assert_eq!(SbrpConfig::default().switch_report_delay_ns, 0);
     }
 }

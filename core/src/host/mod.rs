@@ -3,18 +3,18 @@
 //! - [`source`]: message generation, bounded source queue, packetisation;
 //! - [`message`]: message ids, packets, flits and their deterministic payload;
 //! - [`retained`]: the sender's store of messages kept for resending (SBRP);
-//! - [`sbrp`]: the host half of the SBRP recovery protocols (seed 003 §5);
 //! - [`sink`]: reassembly and exactly-once / in-order / integrity checks;
 //! - [`histogram`]: the latency histogram;
 //! - [`ip`]: IP packets as messages (address plan, segmentation);
-//! - [`endpoint`]: all of the above plus the port's link layer.
+//! - [`endpoint`]: all of the above plus the port's link layer;
+//! - [`hook`]: where the mechanisms' host halves act on the endpoint.
 
 pub mod endpoint;
 pub mod histogram;
+pub mod hook;
 pub mod ip;
 pub mod message;
 pub mod retained;
-pub mod sbrp;
 pub mod sink;
 pub mod source;
 pub mod traffic;

@@ -2,7 +2,7 @@
 //! (the routing engines' layout, after OpenSM's): a mechanism is its
 //! [`Mechanism`] description (name, variants, virtual channels needed,
 //! where it applies), its switch hook ([`crate::switch::hook::SwitchHook`])
-//! and, where it has one, its host half.
+//! and, where it has one, its host hook ([`crate::host::hook::HostHook`]).
 //!
 //! - [`sbrp`]: source-based recovery of packets cut by a fault (SBRP-0/1/2);
 //! - [`dlr`]: dynamic local rerouting in k-ary n-trees;
@@ -14,8 +14,8 @@
 //!   `local-reroute` engine's tables;
 //! - [`hoq`]: the head-of-queue lifetime (deadlock recovery).
 //!
-//! The switch pipeline calls the hooks and never names a mechanism; adding
-//! one is a folder here plus its line in [`REGISTRY`].
+//! The switch and host pipelines call the hooks and never name a
+//! mechanism; adding one is a folder here plus its line in [`REGISTRY`].
 
 pub mod dlr;
 pub mod ft2ei_dyn;
@@ -210,7 +210,7 @@ impl Switch {
     }
 }
 
-/// Implements the `Any` plumbing of a [`SwitchHook`].
+/// Implements the `Any` plumbing of a [`SwitchHook`] or a host hook.
 macro_rules! hook_any {
     () => {
         fn as_any(&self) -> &dyn std::any::Any {

@@ -32,14 +32,15 @@
 //! between live hosts delivered exactly once and in order, nothing left
 //! retained.
 
+use crate::stats::t975;
 use flitnet_core::host::endpoint::{HostConfig, InjectionVc};
 use flitnet_core::host::histogram::Moments;
 use flitnet_core::host::message::split_message_id;
 use flitnet_core::host::retained::ReleasePolicy;
-use flitnet_core::host::sbrp::{RecoveryProtocol, SbrpConfig};
 use flitnet_core::host::source::{ArrivalProcess, MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::link::LinkConfig;
+use flitnet_core::mechanism::sbrp::{host::SbrpConfig, RecoveryProtocol};
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::sim::{build_fabric, fresh_switch, Fabric, SimConfig};
 use flitnet_core::switch::{Switch, SwitchTiming, Switching};
@@ -652,26 +653,6 @@ fn one_run(
     out
 }
 
-/// Two-sided 95 % quantile of Student's t with `df` degrees of freedom
-/// (exact table up to 30, then the Cornish–Fisher expansion, within 0.001).
-pub fn t975(df: u32) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::INFINITY,
-        1..=30 => T[df as usize - 1],
-        _ => {
-            let z: f64 = 1.959_964;
-            let n = df as f64;
-            z + (z.powi(3) + z) / (4.0 * n)
-                + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * n * n)
-        }
-    }
-}
-
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
     if xs.is_empty() {
@@ -751,7 +732,7 @@ fn cell(net: Net, ml: u32, overhead: &Overhead, runs: &[Vec<RunOutcome>; 3]) -> 
                 .collect();
             let (m, sd) = mean_sd(&diffs);
             let half =
-                t975(diffs.len().saturating_sub(1) as u32) * sd / (diffs.len() as f64).sqrt();
+                t975(diffs.len().saturating_sub(1) as f64) * sd / (diffs.len() as f64).sqrt();
             PairDiff {
                 faster: fa,
                 slower: sl,
@@ -864,15 +845,6 @@ pub fn run(cfg: &Config) -> Report {
 mod tests {
     use super::*;
     use RecoveryProtocol::*;
-
-    #[test]
-    fn t_quantiles_are_students() {
-        assert!((t975(1) - 12.706).abs() < 1e-3);
-        assert!((t975(30) - 2.042).abs() < 1e-3);
-        // df 60: 2.000, df 120: 1.980.
-        assert!((t975(60) - 2.000).abs() < 2e-3, "{}", t975(60));
-        assert!((t975(120) - 1.980).abs() < 2e-3, "{}", t975(120));
-    }
 
     #[test]
     fn verdicts_follow_the_pair_intervals() {

@@ -20,6 +20,7 @@ mod section;
 pub use section::{line, Line, Section, Verdict};
 
 use crate::analysis::dlr_connectivity::{connectivity_curve, Row as CurveRow};
+use crate::stats::t975;
 use anyhow::{Context, Result};
 use clap::Args;
 use flitctl::analyze_faults::{analyze, AnalyzeFaultsArgs, FaultAnalysis, Mode};
@@ -1427,94 +1428,6 @@ const LOCAL_LOAD: &str = "0.15";
 /// [`LOCAL_LOAD`] of `--quick` (one run per cell; see `seed003`).
 const QUICK_LOCAL_LOAD: &str = "0.4";
 
-/// ln Γ(x), x > 0 (Lanczos, g = 7, 9 terms: ~15 digits).
-fn ln_gamma(x: f64) -> f64 {
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        // Reflection: Γ(x)Γ(1 − x) = π / sin(πx).
-        return (std::f64::consts::PI / (std::f64::consts::PI * x).sin()).ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let t = x + 7.5;
-    let sum = C[1..]
-        .iter()
-        .enumerate()
-        .fold(C[0], |a, (i, c)| a + c / (x + i as f64 + 1.0));
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
-}
-
-/// The regularised incomplete beta function I_x(a, b) (continued
-/// fraction, modified Lentz).
-fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    if x >= 1.0 {
-        return 1.0;
-    }
-    // The fraction converges fast for x < (a + 1) / (a + b + 2).
-    if x > (a + 1.0) / (a + b + 2.0) {
-        return 1.0 - inc_beta(b, a, 1.0 - x);
-    }
-    let front =
-        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp() / a;
-    let tiny = 1e-300;
-    let (mut c, mut d) = (1.0, 1.0 - (a + b) * x / (a + 1.0));
-    d = 1.0 / if d.abs() < tiny { tiny } else { d };
-    let mut f = d;
-    for m in 1..300 {
-        let m = m as f64;
-        for num in [
-            m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0)),
-        ] {
-            d = 1.0 + num * d;
-            d = 1.0 / if d.abs() < tiny { tiny } else { d };
-            c = 1.0 + num / c;
-            c = if c.abs() < tiny { tiny } else { c };
-            f *= c * d;
-        }
-        if (c * d - 1.0).abs() < 1e-15 {
-            break;
-        }
-    }
-    front * f
-}
-
-/// P(T ≤ t) for Student's t with `df` degrees of freedom (any df > 0).
-fn t_cdf(t: f64, df: f64) -> f64 {
-    let tail = 0.5 * inc_beta(df / 2.0, 0.5, df / (df + t * t));
-    if t > 0.0 {
-        1.0 - tail
-    } else {
-        tail
-    }
-}
-
-/// The two-sided 95 % critical value of Student's t: P(|T| ≤ q) = 0.95.
-fn t95(df: f64) -> f64 {
-    let (mut lo, mut hi) = (0.0, 1e4);
-    for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if t_cdf(mid, df) < 0.975 {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    0.5 * (lo + hi)
-}
-
 /// The paired comparison of two protocols over the same runs: the mean
 /// over runs of mean latency(a) − mean latency(b), counting only the runs
 /// in which both recovered a message, with the half-width of its 95 % t
@@ -1535,7 +1448,7 @@ fn paired(a: &[SbrpRun], b: &[SbrpRun]) -> (f64, Option<f64>, usize) {
     d.count = m as u64;
     d.sum = diffs.iter().sum();
     d.sum_sq = diffs.iter().map(|v| v * v).sum();
-    let half = (m >= 2).then(|| t95(m as f64 - 1.0) * (d.variance() / m as f64).sqrt());
+    let half = (m >= 2).then(|| t975(m as f64 - 1.0) * (d.variance() / m as f64).sqrt());
     (d.mean(), half, m)
 }
 
@@ -2002,23 +1915,6 @@ mod tests {
     }
 
     #[test]
-    fn student_t_critical_values() {
-        // Two-sided 95 %: t(0.975, df) from the tables.
-        for (df, t) in [
-            (1.0, 12.706),
-            (2.0, 4.303),
-            (5.0, 2.571),
-            (10.0, 2.228),
-            (30.0, 2.042),
-            (1e6, 1.960),
-        ] {
-            assert!((t95(df) - t).abs() < 1e-3, "df {df}: {} vs {t}", t95(df));
-        }
-        // Fractional df (Welch) lie between their neighbours.
-        assert!(t95(2.5) < t95(2.0) && t95(2.5) > t95(3.0));
-    }
-
-    #[test]
     fn paired_intervals_match_a_worked_example() {
         // Per-run means a: 20, 22, 24, 30; b: 15, 18, 19, (none).
         // Differences 5, 4, 5 over m = 3 runs: mean 14/3, s² = 1/3.
@@ -2028,7 +1924,7 @@ mod tests {
         let (d, h, m) = paired(&a, &b);
         assert_eq!(m, 3);
         assert!((d - 14e6 / 3.0).abs() < 1e-3, "{d}");
-        let want = t95(2.0) * (1.0f64 / 3.0 / 3.0).sqrt() * 1e6;
+        let want = t975(2.0) * (1.0f64 / 3.0 / 3.0).sqrt() * 1e6;
         assert!((h.unwrap() - want).abs() < 1.0, "{h:?} vs {want}");
         // t(2) = 4.303: half-width 1.434 ms.
         assert!((h.unwrap() - 1.434e6).abs() < 1e3, "{h:?}");

@@ -10,7 +10,7 @@ use crate::analysis::sbrp_ordering::{
     self, Cell, Config, Net, Overhead, Verdict as SimVerdict, CYCLE_NS, DOWN_CYCLES,
 };
 use anyhow::Result;
-use flitnet_core::host::sbrp::RecoveryProtocol;
+use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use std::time::Instant;
 
 /// The section's id (for `flitctl reproduce --only`).

@@ -8,10 +8,10 @@ pub mod ft2ei_dyn;
 pub mod intermediate;
 
 use anyhow::{bail, Result};
-use flitnet_core::host::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::dlr::DlrConfig;
 use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::mechanism::intermediate::Mechanisms;
+use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::{self as registry, Variant};
 use flitnet_core::topology::{Family, Topology};
 

@@ -19,7 +19,6 @@ use flitnet_core::control::{
 };
 use flitnet_core::host::endpoint::{HostConfig, HostEndpoint, HostEvent};
 use flitnet_core::host::retained::ReleasePolicy;
-use flitnet_core::host::sbrp::SbrpConfig;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::link::LinkEvent;
@@ -27,6 +26,7 @@ use flitnet_core::mechanism::dlr::{DlrConfig, DlrSwitch};
 use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::mechanism::intermediate::IntermediateRoutes;
 use flitnet_core::mechanism::intermediate::Mechanisms;
+use flitnet_core::mechanism::sbrp::host::SbrpConfig;
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::sim::Fabric;
 use flitnet_core::switch::{Switch, SwitchEvent};

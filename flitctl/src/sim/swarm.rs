@@ -28,7 +28,7 @@ use crate::sim::engine::{ControllerTiming, Sim};
 use anyhow::{Context, Result};
 use clap::Args;
 use flitnet_core::control::SwitchingMode;
-use flitnet_core::host::sbrp::RecoveryProtocol;
+use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::topology::generators;
 use flitnet_core::topology::{LinkId, NodeRef, PgftParams, SwitchId, Topology};
 use rand::{Rng, SeedableRng};

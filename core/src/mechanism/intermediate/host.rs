@@ -7,6 +7,9 @@
 
 use super::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
 use crate::flit::{route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS, MAX_RUNS};
+use crate::host::endpoint::{HostEndpoint, HostReport};
+use crate::host::hook::HostHook;
+use crate::mechanism::hook_any;
 use crate::topology::{FaultSet, HostId, Topology};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -187,6 +190,81 @@ pub struct IntermediateStats {
     /// The current table.
     #[serde(default)]
     pub table: Option<RouteTableSummary>,
+}
+
+/// The source's half of intermediate nodes, installed by
+/// [`HostEndpoint::set_intermediate_routes`]: every head the host builds
+/// carries its destination's route.
+#[derive(Debug)]
+pub struct IntermediateHost {
+    routes: Option<IntermediateRoutes>,
+    stats: IntermediateStats,
+}
+
+impl HostHook for IntermediateHost {
+    fn name(&self) -> &'static str {
+        super::NAME
+    }
+
+    hook_any!();
+
+    fn shape_head(&mut self, head: &mut Head) {
+        let Some(routes) = &self.routes else {
+            return;
+        };
+        match routes.apply(head) {
+            Applied::Direct => {}
+            Applied::Unrouted => self.stats.packets_unrouted += 1,
+            Applied::Routed {
+                intermediates,
+                deterministic,
+                misrouted,
+            } => {
+                self.stats.packets_via_intermediate += (intermediates > 0) as u64;
+                self.stats.packets_deterministic += deterministic as u64;
+                self.stats.packets_misrouted += misrouted as u64;
+            }
+        }
+    }
+
+    fn begin_run(&mut self) {
+        self.stats = IntermediateStats {
+            table: self.stats.table.clone(),
+            ..IntermediateStats::default()
+        };
+    }
+
+    fn report(&self, report: &mut HostReport) {
+        report.intermediate = self.stats.clone();
+    }
+}
+
+impl HostEndpoint {
+    /// Installs (or, with `None`, removes) the per-destination
+    /// intermediate-node routes: every packet whose head is built from now
+    /// on carries its destination's route. Packets already partly injected
+    /// keep the route their head left with.
+    pub fn set_intermediate_routes(&mut self, routes: Option<IntermediateRoutes>) {
+        if self.hook::<IntermediateHost>().is_none() {
+            self.install_hook(Box::new(IntermediateHost {
+                routes: None,
+                stats: IntermediateStats::default(),
+            }));
+        }
+        let h = self
+            .hook_mut::<IntermediateHost>()
+            .expect("installed above");
+        h.stats.table_updates += 1;
+        h.stats.table = routes.as_ref().map(|r| r.summary().clone());
+        h.routes = routes;
+    }
+
+    /// What the host did with intermediate-node routes (zero until the
+    /// controller pushes a fault set).
+    pub fn intermediate_stats(&self) -> IntermediateStats {
+        self.hook::<IntermediateHost>()
+            .map_or_else(IntermediateStats::default, |h| h.stats.clone())
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! formats both halves share and the protocol's place in the registry. The
 //! switch half (orphan absorption at C, the non-final tail at A, recover
 //! requests from C) is [`switch`]; the host half (sender and receiver
-//! recovery) is `crate::host::sbrp`. See `docs/sbrp.md`.
+//! recovery) is [`host`]. See `docs/sbrp.md`.
 
+pub mod host;
 pub mod switch;
 
 pub use switch::SbrpSwitchCounters;

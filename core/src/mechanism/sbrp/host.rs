@@ -1,8 +1,9 @@
-//! SBRP, the software-based recovery protocols of seed 003 §5 (SBRP-0,
-//! SBRP-1, SBRP-2): the host (network-interface) half. The switch half —
-//! orphan absorption at C, the non-final tail (NFT) at A, recover requests
-//! (RRQ) from C — lives in [`crate::switch`]. The whole protocol, message
-//! formats and the holes of spec 003 §8 it closes are described in
+//! SBRP, the software-based recovery protocols of *Software-Based Recovery
+//! of Packets Cut by Faults* (SBRP-0, SBRP-1, SBRP-2): the host
+//! (network-interface) half, as a host hook ([`SbrpHost`]). The switch half
+//! (orphan absorption at C, the non-final tail (NFT) at A, recover requests
+//! (RRQ) from C) is [`super::switch`]. The whole protocol, message formats
+//! and the holes of the protocol's description it closes are in
 //! `docs/sbrp.md`.
 //!
 //! Formats (no new wire field is needed; see `docs/sbrp.md`):
@@ -19,12 +20,14 @@
 //!   interrupted path) is a `Tail` flagged [`flags::NON_FINAL_TAIL`]; it
 //!   carries no data.
 
-use super::message::{OutPacket, Packetiser};
+use super::{is_rrq, receiver_rrq_flit, rrq_from_receiver, RecoveryProtocol};
 use crate::flit::{flags, Flit};
-pub use crate::mechanism::sbrp::{
-    is_rrq, receiver_rrq_flit, rrq_flit, rrq_from_receiver, RecoveryProtocol,
-    RECEIVER_RRQ_MSG_FLITS,
-};
+use crate::host::endpoint::HostReport;
+use crate::host::endpoint::{ConfigError, HostEndpoint};
+use crate::host::hook::HostHook;
+use crate::host::message::{OutPacket, Packetiser};
+use crate::host::retained::ReleasePolicy;
+use crate::mechanism::hook_any;
 use crate::topology::HostId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -340,14 +343,248 @@ impl ReceiverRecovery {
     }
 }
 
+/// The host half of SBRP, installed by [`HostEndpoint::set_recovery`]: the
+/// sender answers recover requests from its retained copies, the receiver
+/// follows its ejection VCs and asks for cut packets itself.
+#[derive(Debug)]
+pub struct SbrpHost {
+    cfg: SbrpConfig,
+    sender: SenderRecovery,
+    receiver: ReceiverRecovery,
+    stats: SbrpStats,
+    /// One-flit control packets (RRQs) waiting for an idle lane.
+    control_out: VecDeque<Flit>,
+}
+
+impl SbrpHost {
+    fn new(cfg: SbrpConfig, vcs: u8) -> Self {
+        SbrpHost {
+            cfg,
+            sender: SenderRecovery::default(),
+            receiver: ReceiverRecovery::new(vcs),
+            stats: SbrpStats::default(),
+            control_out: VecDeque::new(),
+        }
+    }
+
+    /// Resends not yet started, and when the first is due.
+    #[cfg(test)]
+    pub(crate) fn resends(&self) -> (usize, Option<u64>) {
+        (self.sender.pending(), self.sender.next_due())
+    }
+
+    fn is_on(&self) -> bool {
+        self.cfg.protocol.is_on()
+    }
+
+    /// A recover request reached this host as a sender (the paper's §5.3
+    /// steps 5–6, §5.11.3): stop the packet if it is still being injected
+    /// (its path is closed by a virtual tail), then resend it (whole in
+    /// SBRP-0, from the flit the RRQ names in SBRP-1/2) with the next SSNF,
+    /// after the software overhead.
+    fn on_rrq(&mut self, host: &mut HostEndpoint, now: u64, rrq: &Flit) {
+        self.stats.rrq_received += 1;
+        let Some(retained) = host.source.retained().get(rrq.msg) else {
+            self.stats.unrecoverable_rrq += 1;
+            return;
+        };
+        let msg = retained.msg;
+        let packetiser = Packetiser {
+            max_packet_flits: host.cfg.source.max_packet_flits,
+        };
+        if rrq.packet >= packetiser.packets(msg.flits) {
+            self.stats.unrecoverable_rrq += 1;
+            return;
+        }
+        let (first, len) = packetiser.bounds(msg.flits, rrq.packet);
+        let (from, ssnf) = match self.sender.judge(self.cfg.protocol, rrq, first, len) {
+            RrqVerdict::Stale => {
+                self.stats.stale_rrq += 1;
+                return;
+            }
+            RrqVerdict::Resend { from, ssnf } => (from, ssnf),
+        };
+        // Was the packet fully sent (counted), or is it still going out?
+        let mut was_counted = true;
+        for p in host.lanes.iter_mut().flatten() {
+            if p.msg.id == rrq.msg && p.packet == rrq.packet && !p.is_done() && !p.abort {
+                p.abort = true;
+                was_counted = false;
+                self.stats.aborted_packets += 1;
+            }
+        }
+        if self.sender.cancel(rrq.msg, rrq.packet) {
+            was_counted = false;
+        }
+        host.source.retained_mut().reopen(msg.id, was_counted);
+        let mut flags = flags::RETRANSMISSION;
+        if from > first {
+            flags |= flags::FIRST_SEQUENCE;
+        }
+        let resend = OutPacket {
+            src: host.cfg.host,
+            msg,
+            packet: rrq.packet,
+            first_seq: from,
+            len: first + len - from,
+            emitted: 0,
+            submsg: ssnf,
+            flags,
+            abort: false,
+        };
+        self.stats.resent_packets += 1;
+        self.stats.resent_flits += resend.len as u64;
+        // The software overhead (§5.9): the resending handler's, plus node
+        // C's recover handler when C made the RRQ (the switch keeps no
+        // timer for it; see `SbrpConfig`).
+        let mut overhead = self.cfg.resend_delay_ns;
+        if !rrq_from_receiver(rrq) {
+            overhead = overhead.saturating_add(self.cfg.switch_report_delay_ns);
+        }
+        self.sender.schedule(now.saturating_add(overhead), resend);
+        // Forget SSNFs of released messages now and then.
+        if self.stats.resent_packets % 256 == 0 {
+            let retained = host.source.retained();
+            self.sender.prune(|m| retained.get(m).is_some());
+        }
+    }
+}
+
+impl HostHook for SbrpHost {
+    fn name(&self) -> &'static str {
+        super::NAME
+    }
+
+    hook_any!();
+
+    fn intercept(&mut self, host: &mut HostEndpoint, now: u64, flit: &Flit) -> bool {
+        if !(self.is_on() && is_rrq(flit)) {
+            return false;
+        }
+        self.on_rrq(host, now, flit);
+        true
+    }
+
+    fn on_received(&mut self, host: &mut HostEndpoint, now: u64, flit: &Flit) {
+        if self.is_on() && self.receiver.observe(now, &self.cfg, flit) {
+            self.stats.nft_received += 1;
+            // A packet from a dead host, cut on its way out of the dead
+            // router: no resend will ever come.
+            for dead in host.source.destinations_down() {
+                self.receiver.forget_source(dead);
+            }
+        }
+    }
+
+    fn on_peer_down(&mut self, peer: HostId) {
+        self.receiver.forget_source(peer);
+    }
+
+    fn after_receive(&mut self, host: &mut HostEndpoint, now: u64) {
+        if !self.is_on() {
+            return;
+        }
+        let packetiser = Packetiser {
+            max_packet_flits: host.cfg.source.max_packet_flits,
+        };
+        let vc = host.lane_vc(0);
+        let sink = &host.sink;
+        self.stats.rrq_sent += self.receiver.due_rrqs(
+            now,
+            host.cfg.host,
+            &self.cfg,
+            &packetiser,
+            vc,
+            |src, msg, from, to| sink.first_missing(src, msg, from, to),
+            &mut self.control_out,
+        );
+    }
+
+    fn take_control(&mut self, vc: u8) -> Option<Flit> {
+        let mut rrq = self.control_out.pop_front()?;
+        rrq.vc = vc;
+        Some(rrq)
+    }
+
+    fn take_packet(&mut self, now: u64) -> Option<OutPacket> {
+        self.sender.take_due(now)
+    }
+
+    fn poll_timeout(&self, now: u64) -> Option<u64> {
+        // A resend already due waits for credits or a lane, which arrive
+        // with a datagram: no wake-up for it.
+        [
+            self.sender.next_due().filter(|&t| t > now),
+            self.receiver.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn in_progress(&self) -> usize {
+        self.receiver.waiting() + self.sender.pending() + self.control_out.len()
+    }
+
+    fn is_drained(&self) -> bool {
+        self.sender.pending() == 0 && self.control_out.is_empty()
+    }
+
+    fn begin_run(&mut self) {
+        self.stats = SbrpStats::default();
+    }
+
+    fn report(&self, report: &mut HostReport) {
+        report.sbrp = self.stats.clone();
+    }
+}
+
+impl HostEndpoint {
+    /// Turns on a recovery protocol. The source must retain its messages
+    /// ([`ReleasePolicy::HoldFor`] or `UntilReleased`), since a recover
+    /// request can only be served from the retained copy; the sink then
+    /// delivers each flow in order.
+    pub fn set_recovery(&mut self, cfg: SbrpConfig) -> Result<(), ConfigError> {
+        if cfg.protocol.is_on() && self.source.config().release == ReleasePolicy::WhenSent {
+            return Err(ConfigError::RecoveryNeedsRetention {
+                host: self.cfg.host,
+                protocol: cfg.protocol,
+            });
+        }
+        self.sink.set_in_order(cfg.protocol.is_on());
+        match self.hook_mut::<SbrpHost>() {
+            Some(h) => h.cfg = cfg,
+            None => {
+                let vcs = self.cfg.link.vcs;
+                self.install_hook(Box::new(SbrpHost::new(cfg, vcs)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The recovery protocol's configuration (the default, protocol none,
+    /// until [`HostEndpoint::set_recovery`]).
+    pub fn recovery(&self) -> SbrpConfig {
+        self.hook::<SbrpHost>()
+            .map_or_else(SbrpConfig::default, |h| h.cfg.clone())
+    }
+
+    /// The host's SBRP counters (zero without a recovery protocol).
+    pub fn sbrp_stats(&self) -> SbrpStats {
+        self.hook::<SbrpHost>()
+            .map_or_else(SbrpStats::default, |h| h.stats.clone())
+    }
+}
+
 #[cfg(test)]
-#[path = "sbrp_tests.rs"]
+#[path = "host_tests.rs"]
 mod sim_tests;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flit::{FlitKind, Head};
+    use crate::mechanism::sbrp::rrq_flit;
     use bytes::Bytes;
 
     /// The head of 16-flit message 7 from `src` to host 3 on ejection VC
