@@ -268,7 +268,7 @@ mod tests {
               "sum_received":{"start":0,"end":1.0,"seconds":1.0,"bytes":1310000,
               "bits_per_second":10472857.4,"sender":true}}}"#;
         let j = Iperf3Json::parse(tcp).unwrap();
-        assert_eq!(j.start.unwrap().test_start.unwrap().protocol, "TCP");
+        assert_eq!(j.start.as_ref().unwrap().test_start.as_ref().unwrap().protocol, "TCP");
         assert_eq!(j.intervals[0].sum.retransmits, Some(1));
         assert_eq!(j.end.as_ref().unwrap().sum_sent.as_ref().unwrap().retransmits, Some(3));
         assert_eq!(j.bytes_received(), Some(1_310_000));
