@@ -481,7 +481,11 @@ fn a_scenario_runs_pingall_and_an_iperf3_flow_through_a_link_kill() {
     assert!(n(&intervals[0]["start_s"]) < 2, "{flow:#}");
     let kill = &flow["faults"][0];
     assert_eq!(kill["action"], "kill-link", "{flow:#}");
-    for key in ["pre_fault_bits_per_second", "min_bits_per_second", "dip_percent"] {
+    for key in [
+        "pre_fault_bits_per_second",
+        "min_bits_per_second",
+        "dip_percent",
+    ] {
         assert!(kill[key].is_number(), "{key}: {kill:#}");
     }
     assert!(kill.get("recovery_ms").is_some(), "{kill:#}");

@@ -187,9 +187,12 @@ impl Apps {
         let dilation = self.dilation;
         let at_s = a.at.as_secs_f64();
         match &a.app {
-            Application::Pingall => self.running.push(Running::Pingall(std::thread::spawn(
-                move || pingall(&tun, dilation, at_s),
-            ))),
+            Application::Pingall => {
+                self.running
+                    .push(Running::Pingall(std::thread::spawn(move || {
+                        pingall(&tun, dilation, at_s)
+                    })))
+            }
             Application::Iperf3(flow) => {
                 let port = IPERF3_PORT + self.iperf3_started;
                 let stem = format!("iperf3-{}", self.iperf3_started);
@@ -332,7 +335,8 @@ fn iperf3(
     };
     // Connection set-up and the results exchange take a few round trips
     // beyond the duration; a flow that stalls for good is killed.
-    let deadline = Instant::now() + wall(flow.duration + Duration::from_secs(5)) + Duration::from_secs(10);
+    let deadline =
+        Instant::now() + wall(flow.duration + Duration::from_secs(5)) + Duration::from_secs(10);
     iperf::run(&server.netns, &client.netns, &run, dir, stem, deadline)
 }
 
@@ -396,7 +400,12 @@ fn iperf3_report(
 
 /// The receiver's intervals in emulated time, with the sender's
 /// retransmits of the same index.
-fn intervals(receiver: &Iperf3Json, sender: &Iperf3Json, offset_s: f64, n: f64) -> Vec<FlowInterval> {
+fn intervals(
+    receiver: &Iperf3Json,
+    sender: &Iperf3Json,
+    offset_s: f64,
+    n: f64,
+) -> Vec<FlowInterval> {
     receiver
         .intervals
         .iter()
@@ -435,7 +444,11 @@ pub fn impacts(intervals: &[FlowInterval], actions: &[ActionTiming]) -> Vec<Faul
                 ..FaultImpact::default()
             };
             let before: Vec<&FlowInterval> = intervals.iter().filter(|i| i.end_s <= t).collect();
-            let steady = if before.len() >= 2 { &before[1..] } else { &before[..] };
+            let steady = if before.len() >= 2 {
+                &before[1..]
+            } else {
+                &before[..]
+            };
             let window: Vec<&FlowInterval> = intervals
                 .iter()
                 .filter(|i| i.end_s > t && i.start_s < next)
@@ -589,7 +602,10 @@ mod tests {
             .enumerate()
             .map(|(i, m)| iv(i as f64 * 0.25, *m))
             .collect();
-        let out = impacts(&flow, &[fault(1.1, "kill-link"), fault(1.8, "restore-link")]);
+        let out = impacts(
+            &flow,
+            &[fault(1.1, "kill-link"), fault(1.8, "restore-link")],
+        );
         assert_eq!(out.len(), 1, "repairs have no impact entry");
         let x = &out[0];
         assert_eq!(x.pre_fault_bits_per_second, Some(20e6));

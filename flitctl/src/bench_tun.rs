@@ -29,9 +29,11 @@ pub struct BenchTunArgs {
     /// Link bandwidth of the fabric, flits/s (as `flitctl up --bandwidth`).
     #[arg(long, default_value_t = crate::spec::FabricSpec::default().bandwidth)]
     pub bandwidth: u64,
-    /// Time dilation of the fabric (as `flitctl up --time-dilation`).
-    #[arg(long, default_value_t = 1)]
-    pub time_dilation: u32,
+    /// Time dilation of the fabric (as `flitctl up --time-dilation`): a
+    /// whole factor, or `auto` to calibrate on this machine. Rates against
+    /// the link are in emulated time (iperf3's × the factor used).
+    #[arg(long, value_name = "N|auto", default_value = "1")]
+    pub time_dilation: flitnet_runtime::clock::Dilation,
     #[arg(long)]
     pub json: bool,
 }
@@ -173,7 +175,10 @@ impl VethPair {
         };
         let [a, b] = &pair.names;
         let ip = |args: &[&str]| -> Result<()> {
-            let out = Command::new("ip").args(args).output().context("running ip")?;
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .context("running ip")?;
             if !out.status.success() {
                 bail!(
                     "ip {}: {}",
@@ -223,6 +228,13 @@ pub fn run(args: BenchTunArgs) -> Result<()> {
     let run_dir = scratch.join("fabric");
     let up = fabric_up(&args, &run_dir)?;
     let state = FabricState::read(&run_dir)?;
+    // The factor the fabric runs with (`auto` resolves at bring-up), from a
+    // daemon's configuration.
+    let config: flitnet_core::control::DaemonConfig = serde_json::from_slice(
+        &std::fs::read(run_dir.join("h00.json")).context("reading h00.json")?,
+    )
+    .context("reading h00.json")?;
+    let time_dilation = config.fabric.time_dilation;
     let tun = state.tun.context("the fabric has no IP interfaces")?;
     let (client, server) = (
         tun.host("h00").context("no host h00")?,
@@ -262,13 +274,14 @@ pub fn run(args: BenchTunArgs) -> Result<()> {
     drop(veth_pair);
     let veth = row("veth pair", &veth)?;
     let _ = std::fs::remove_dir_all(&scratch);
-    let link_bits_per_second =
-        args.bandwidth as f64 * crate::spec::FabricSpec::default().params().flit_payload as f64 * 8.0;
-    let n = args.time_dilation.max(1) as f64;
+    let link_bits_per_second = args.bandwidth as f64
+        * crate::spec::FabricSpec::default().params().flit_payload as f64
+        * 8.0;
+    let n = time_dilation.max(1) as f64;
     let out = BenchTun {
         load_average_after: loadavg(),
         load_average_before,
-        time_dilation: args.time_dilation,
+        time_dilation,
         mtu: tun.mtu,
         link_bits_per_second,
         fabric_to_link: fabric.bits_per_second * n / link_bits_per_second.max(1.0),
@@ -291,7 +304,7 @@ pub fn run(args: BenchTunArgs) -> Result<()> {
     );
     println!(
         "{:<18} {:>12} {:>12} {:>12} {:>10}",
-        "path", "Mbit/s", "retransmits", "× link", "× veth"
+        "path", "Mbit/s (wall)", "retransmits", "× link", "× veth"
     );
     for (r, to_link, to_veth) in [
         (&out.fabric, Some(out.fabric_to_link), out.fabric_to_veth),

@@ -732,13 +732,21 @@ pub fn run_scenario(
     let start_ns = events
         .record(ControllerEvent::traffic_started(&spec.pattern))
         .time_ns;
-    let mut apps = ctl.ctl.fabric.tun_state().map(|tun| {
-        crate::apps::Apps::new(tun.clone(), factor, run_dir.clone(), start)
-    });
+    let mut apps = ctl
+        .ctl
+        .fabric
+        .tun_state()
+        .map(|tun| crate::apps::Apps::new(tun.clone(), factor, run_dir.clone(), start));
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = spawn_sampler(hosts, token, start, stop.clone(), samples.clone());
-    let outcome = drive(&mut ctl, scenario, start, params.dead_after_ns, apps.as_mut());
+    let outcome = drive(
+        &mut ctl,
+        scenario,
+        start,
+        params.dead_after_ns,
+        apps.as_mut(),
+    );
     // The applications end on their own (each bounds its run time); their
     // packets must be through before the drain counts what is in flight.
     while apps.as_ref().is_some_and(|a| !a.done()) && !crate::interrupt::requested() {

@@ -268,9 +268,27 @@ mod tests {
               "sum_received":{"start":0,"end":1.0,"seconds":1.0,"bytes":1310000,
               "bits_per_second":10472857.4,"sender":true}}}"#;
         let j = Iperf3Json::parse(tcp).unwrap();
-        assert_eq!(j.start.as_ref().unwrap().test_start.as_ref().unwrap().protocol, "TCP");
+        assert_eq!(
+            j.start
+                .as_ref()
+                .unwrap()
+                .test_start
+                .as_ref()
+                .unwrap()
+                .protocol,
+            "TCP"
+        );
         assert_eq!(j.intervals[0].sum.retransmits, Some(1));
-        assert_eq!(j.end.as_ref().unwrap().sum_sent.as_ref().unwrap().retransmits, Some(3));
+        assert_eq!(
+            j.end
+                .as_ref()
+                .unwrap()
+                .sum_sent
+                .as_ref()
+                .unwrap()
+                .retransmits,
+            Some(3)
+        );
         assert_eq!(j.bytes_received(), Some(1_310_000));
         let udp = r#"{"start":{},"intervals":[],"end":{"sum":{"start":0,"end":1,"seconds":1,
             "bytes":524288,"bits_per_second":4193846.8,"jitter_ms":0.005,"lost_packets":2,

@@ -85,7 +85,11 @@ fn chart(
 ) -> String {
     let x_max = points
         .iter()
-        .chain(flows.iter().flat_map(|(_, f)| f.iter().flat_map(|s| s.points.iter())))
+        .chain(
+            flows
+                .iter()
+                .flat_map(|(_, f)| f.iter().flat_map(|s| s.points.iter())),
+        )
         .map(|p| p.0)
         .chain(markers.iter().map(|m| m.t_s))
         .fold(1e-9, f64::max);

@@ -956,12 +956,9 @@ fn application(
             e.action.name()
         );
     }
-    if let Some(key) = [
-        ("target", e.target.is_some()),
-        ("count", e.count.is_some()),
-    ]
-    .into_iter()
-    .find_map(|(k, set)| set.then_some(k))
+    if let Some(key) = [("target", e.target.is_some()), ("count", e.count.is_some())]
+        .into_iter()
+        .find_map(|(k, set)| set.then_some(k))
     {
         bail!("`{key}` is not for {}", e.action.name());
     }
@@ -997,9 +994,7 @@ fn application(
             // iperf3 -t takes whole seconds; emulated seconds times a
             // whole dilation factor stay whole.
             if duration.is_zero() || duration.subsec_nanos() != 0 {
-                bail!(
-                    "duration {duration:?}: iperf3 runs for whole seconds (-t); use e.g. 3s"
-                );
+                bail!("duration {duration:?}: iperf3 runs for whole seconds (-t); use e.g. 3s");
             }
             if duration > left {
                 bail!(
@@ -1455,8 +1450,14 @@ mod tests {
             (tun, "  - {at: 1s, action: kill-link}\n", "kill-link needs a target"),
         ];
         for (head, entry, want) in cases {
-            let err = format!("{:#}", parse(&format!("{head}timeline:\n{entry}")).unwrap_err());
-            assert!(err.contains(want) && err.contains("x.yaml:"), "{want}: {err}");
+            let err = format!(
+                "{:#}",
+                parse(&format!("{head}timeline:\n{entry}")).unwrap_err()
+            );
+            assert!(
+                err.contains(want) && err.contains("x.yaml:"),
+                "{want}: {err}"
+            );
         }
         let random = format!("{tun}random: {{rate-per-s: 0.1, seed: 1, kinds: [pingall]}}\n");
         let err = format!("{:#}", parse(&random).unwrap_err());
