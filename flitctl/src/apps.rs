@@ -241,6 +241,9 @@ impl Apps {
     }
 }
 
+/// (source, destination) host indices and the RTT, ms (None: lost).
+type PingResult = ((usize, usize), Option<f64>);
+
 /// One echo request from every host to every other, `PING_WORKERS` at a
 /// time, each through `ip netns exec` in the source's namespace.
 fn pingall(tun: &TunState, dilation: u32, at_s: f64) -> PingallReport {
@@ -254,7 +257,7 @@ fn pingall(tun: &TunState, dilation: u32, at_s: f64) -> PingallReport {
     // An answer later than 2 s of wall time per unit of dilation is lost.
     let wait_s = 2 * dilation;
     let queue = Mutex::new(pairs.clone().into_iter());
-    let results: Mutex<Vec<((usize, usize), Option<f64>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<PingResult>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..PING_WORKERS.min(pairs.len()) {
             s.spawn(|| loop {

@@ -109,7 +109,7 @@ fn chart(
     let fabric = [(points, "#1f5fbf", None)];
     panel(&mut s, TOP, x_max, y_label, &fabric, markers);
     if let Some((label, flows)) = flows {
-        let lines: Vec<(&[(f64, f64)], &str, Option<&str>)> = flows
+        let lines: Vec<Line> = flows
             .iter()
             .enumerate()
             .map(|(i, f)| {
@@ -126,6 +126,9 @@ fn chart(
     s
 }
 
+/// A panel's line: points, colour, legend label.
+type Line<'a> = (&'a [(f64, f64)], &'a str, Option<&'a str>);
+
 /// One panel, `top` pixels down: axes, ticks, markers and `lines`
 /// (points, colour, legend label).
 fn panel(
@@ -133,7 +136,7 @@ fn panel(
     top: f64,
     x_max: f64,
     y_label: &str,
-    lines: &[(&[(f64, f64)], &str, Option<&str>)],
+    lines: &[Line],
     markers: &[Marker],
 ) {
     let y_max = lines
