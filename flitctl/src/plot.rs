@@ -131,14 +131,7 @@ type Line<'a> = (&'a [(f64, f64)], &'a str, Option<&'a str>);
 
 /// One panel, `top` pixels down: axes, ticks, markers and `lines`
 /// (points, colour, legend label).
-fn panel(
-    s: &mut String,
-    top: f64,
-    x_max: f64,
-    y_label: &str,
-    lines: &[Line],
-    markers: &[Marker],
-) {
+fn panel(s: &mut String, top: f64, x_max: f64, y_label: &str, lines: &[Line], markers: &[Marker]) {
     let y_max = lines
         .iter()
         .flat_map(|(p, _, _)| p.iter())
