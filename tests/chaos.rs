@@ -444,6 +444,18 @@ fn scenarios_with_mistakes_are_refused_before_anything_starts() {
             "line 4",
             "unknown field `cuont`",
         ),
+        (
+            "pingall-without-tun",
+            "mechanism: reroute\ntimeline:\n  - {at: 1s, action: pingall}\n",
+            ":4: timeline[0]: pingall",
+            "set fabric: {tun: true}",
+        ),
+        (
+            "iperf3-unknown-host",
+            "mechanism: reroute\nfabric: {tun: true}\ntimeline:\n  - {at: 1s, action: iperf3, client: h00, server: h99, duration: 2s}\n",
+            ":5: timeline[0]: iperf3 h00->h99",
+            "no host named `h99`",
+        ),
     ];
     for (name, body, place, why) in cases {
         let file = scenario(name, "kary-4-2.yaml", body);

@@ -441,3 +441,59 @@ fn udp_at_a_set_rate_loses_nothing_without_faults() {
     assert!(lost < 0.5, "{sum:#}");
     f.finish();
 }
+
+/// topologies/scenarios/kary-4-2-tcp-link-kill.yaml through `flitctl
+/// chaos`: a pingall, then a 3 s TCP flow across the tree with the link
+/// carrying its acknowledgements killed 1.5 s in; the report has every
+/// pair's answer, the flow's intervals and bytes, and the kill's dip and
+/// recovery.
+#[test]
+fn a_scenario_runs_pingall_and_an_iperf3_flow_through_a_link_kill() {
+    if !ready() {
+        return;
+    }
+    let run_dir = std::env::temp_dir().join(format!("flitnet-test-ip-apps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let file = flitnet::topology("scenarios/kary-4-2-tcp-link-kill.yaml");
+    let out = Command::new(bin("flitctl"))
+        .args(["chaos", file.to_str().unwrap(), "--json", "--run-dir"])
+        .arg(&run_dir)
+        .output()
+        .expect("flitctl chaos");
+    let r = json(&out);
+    assert!(
+        out.status.success(),
+        "{r:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ping = &r["pingall"][0];
+    assert_eq!(n(&ping["pairs"]), 16 * 15, "{ping:#}");
+    assert_eq!(n(&ping["answered"]), 16 * 15, "{ping:#}");
+    assert!(ping["rtt_ms"]["p99"].as_f64().unwrap() > 0.0, "{ping:#}");
+    let flow = &r["iperf3"][0];
+    assert!(flow["error"].is_null(), "{flow:#}");
+    assert_eq!(flow["client"], "h00");
+    assert!(n(&flow["bytes_received"]) > 0, "{flow:#}");
+    assert!(flow["retransmits"].is_number(), "{flow:#}");
+    let intervals = flow["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= 8, "{flow:#}");
+    // Emulated instants: the flow starts about 1 s after traffic.
+    assert!(n(&intervals[0]["start_s"]) < 2, "{flow:#}");
+    let kill = &flow["faults"][0];
+    assert_eq!(kill["action"], "kill-link", "{flow:#}");
+    for key in [
+        "pre_fault_bits_per_second",
+        "min_bits_per_second",
+        "dip_percent",
+    ] {
+        assert!(kill[key].is_number(), "{key}: {kill:#}");
+    }
+    assert!(kill.get("recovery_ms").is_some(), "{kill:#}");
+    let svg = std::fs::read_to_string(run_dir.join("throughput.svg")).unwrap();
+    assert!(svg.contains("iperf3 h00→h15 (tcp)"), "the plot has no flow");
+    for f in ["iperf3-0-client.json", "iperf3-0-server.json"] {
+        assert!(run_dir.join(f).exists(), "{f} missing");
+    }
+    let _ = std::fs::remove_dir_all(&run_dir);
+    eprintln!("pingall {ping}\niperf3 faults {}", flow["faults"]);
+}

@@ -167,6 +167,12 @@ pub struct ChaosReport {
     pub failed_actions: Vec<String>,
     /// (seconds, delivered flits/s) every 100 ms.
     pub throughput: Vec<(f64, f64)>,
+    /// The timeline's `pingall` actions (`tun: true`).
+    #[serde(default)]
+    pub pingall: Vec<crate::apps::PingallReport>,
+    /// The timeline's `iperf3` flows, with each fault's dip and recovery.
+    #[serde(default)]
+    pub iperf3: Vec<crate::apps::Iperf3Report>,
     pub plot: String,
     pub promise: String,
     pub promise_kept: bool,
@@ -719,15 +725,34 @@ pub fn run_scenario(
         applied: Vec::new(),
         failed_actions: Vec::new(),
     };
-    ctl.ctl.fabric.start_traffic(&spec)?;
+    if !f.traffic.generates_nothing() {
+        ctl.ctl.fabric.start_traffic(&spec)?;
+    }
     let start = Instant::now();
     let start_ns = events
         .record(ControllerEvent::traffic_started(&spec.pattern))
         .time_ns;
+    let mut apps = ctl
+        .ctl
+        .fabric
+        .tun_state()
+        .map(|tun| crate::apps::Apps::new(tun.clone(), factor, run_dir.clone(), start));
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = spawn_sampler(hosts, token, start, stop.clone(), samples.clone());
-    let outcome = drive(&mut ctl, scenario, start, params.dead_after_ns);
+    let outcome = drive(
+        &mut ctl,
+        scenario,
+        start,
+        params.dead_after_ns,
+        apps.as_mut(),
+    );
+    // The applications end on their own (each bounds its run time); their
+    // packets must be through before the drain counts what is in flight.
+    while apps.as_ref().is_some_and(|a| !a.done()) && !crate::interrupt::requested() {
+        ctl.ctl
+            .serve_until(Instant::now() + Duration::from_millis(50));
+    }
     // Hosts cut off at some point of the schedule: their flows are lost by
     // definition (spec 003 §5.1), and they may never drain.
     let drain = Drain {
@@ -764,6 +789,8 @@ pub fn run_scenario(
         &collected.switches,
         &collected.hosts,
     );
+    let (pingall, iperf3) = apps.map(|a| a.finish(&actions)).unwrap_or_default();
+    let flows = crate::apps::plot_series(&iperf3);
     let mut run = RunReport::build(
         &topo,
         &engine_name,
@@ -796,7 +823,7 @@ pub fn run_scenario(
     } else {
         plot_path.display().to_string()
     };
-    let (report, svg) = ChaosReport::assemble(Assembly {
+    let (mut report, svg) = ChaosReport::assemble(Assembly {
         scenario: &scenario.path.display().to_string(),
         mechanism: f.mechanism_name(),
         title: format!(
@@ -821,7 +848,10 @@ pub fn run_scenario(
         reroutes: ctl.ctl.reroutes,
         failed_actions: ctl.failed_actions.clone(),
         plot,
+        flows: &flows,
     });
+    report.pingall = pingall;
+    report.iperf3 = iperf3;
     crate::rundir::write(&plot_path, svg)?;
     ctl.ctl.fabric.stop()?;
     crate::rundir::write(
@@ -861,6 +891,9 @@ pub(crate) struct Assembly<'a> {
     pub failed_actions: Vec<String>,
     /// Where the plot is, as the report says it.
     pub plot: String,
+    /// Application flows' throughput (Mbit per emulated second), plotted
+    /// beside the fabric's.
+    pub flows: &'a [plot::Series],
 }
 
 impl ChaosReport {
@@ -885,7 +918,18 @@ impl ChaosReport {
                 repair: t.action.starts_with("restore") || t.action.starts_with("restart"),
             })
             .collect();
-        let svg = plot::line_chart(&a.title, "delivered flits/s", &throughput, &markers);
+        let svg = if a.flows.is_empty() {
+            plot::line_chart(&a.title, "delivered flits/s", &throughput, &markers)
+        } else {
+            plot::line_chart_with_flows(
+                &a.title,
+                "delivered flits/s",
+                &throughput,
+                "iperf3 at the receiver, Mbit per emulated s",
+                a.flows,
+                &markers,
+            )
+        };
         let (promise, promise_kept) = verdict(a.promises_delivery, &a.run, &acc);
         let report = ChaosReport {
             scenario: a.scenario.to_string(),
@@ -904,6 +948,8 @@ impl ChaosReport {
             reroutes: a.reroutes,
             failed_actions: a.failed_actions,
             throughput,
+            pingall: Vec::new(),
+            iperf3: Vec::new(),
             plot: a.plot,
             promise,
             promise_kept,
@@ -977,8 +1023,18 @@ fn drive(
     scenario: &Scenario,
     start: Instant,
     dead_after_ns: u64,
+    mut apps: Option<&mut crate::apps::Apps>,
 ) -> Result<Option<(f64, u64, u64, u64)>> {
+    let mut pending_apps = scenario.apps.iter().peekable();
     for action in &scenario.actions {
+        // Applications due first start first (at the same instant, before
+        // the fault).
+        while let Some(app) = pending_apps.next_if(|a| a.at <= action.at) {
+            ctl.ctl.serve_until(start + wall(app.at));
+            if let Some(apps) = apps.as_deref_mut() {
+                apps.start(app);
+            }
+        }
         ctl.ctl.serve_until(start + wall(action.at));
         if crate::interrupt::requested() {
             break;
@@ -992,6 +1048,15 @@ fn drive(
                 error: message.clone(),
             });
             ctl.failed_actions.push(message);
+        }
+    }
+    for app in pending_apps {
+        ctl.ctl.serve_until(start + wall(app.at));
+        if crate::interrupt::requested() {
+            break;
+        }
+        if let Some(apps) = apps.as_deref_mut() {
+            apps.start(app);
         }
     }
     let duration = wall(scenario.file.traffic.duration.0);
@@ -1126,6 +1191,12 @@ impl fmt::Display for ChaosReport {
                 t.duplicate_flits,
                 t.retained
             )?;
+        }
+        for p in &self.pingall {
+            write!(f, "{p}")?;
+        }
+        for flow in &self.iperf3 {
+            write!(f, "{flow}")?;
         }
         for failed in &self.failed_actions {
             writeln!(f, "  FAILED      {failed}")?;

@@ -1156,6 +1156,11 @@ impl Fabric {
         self.shm.as_ref()
     }
 
+    /// `--tun`: the hosts' interfaces.
+    pub fn tun_state(&self) -> Option<&crate::tun::TunState> {
+        self.tun.as_ref().map(|t| t.state())
+    }
+
     /// `--tun`: the hosts' interfaces, for the bring-up line.
     pub fn tun_summary(&self) -> String {
         match &self.tun {

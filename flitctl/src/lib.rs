@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod analyze_faults;
+pub mod apps;
 pub mod bench;
 pub mod bench_baseline;
 pub mod bench_fidelity;
@@ -9,6 +10,7 @@ pub mod bench_reroute;
 pub mod bench_routes;
 pub mod bench_saturation;
 pub mod bench_sim;
+pub mod bench_tun;
 pub mod capacity;
 pub mod chaos;
 pub mod compose;
@@ -21,6 +23,7 @@ pub mod fabric;
 pub mod fidelity;
 pub mod ibsim;
 pub mod interrupt;
+pub mod iperf;
 pub mod load_point;
 pub mod mechanism;
 pub mod netns;

@@ -113,6 +113,9 @@ enum BenchCommand {
     /// Fault detection to new tables installed, for a killed link and a
     /// killed switch, on local fabrics and (with --image) Compose.
     Reroute(flitctl::bench_reroute::BenchRerouteArgs),
+    /// iperf3 TCP across a 4-ary 2-tree's IP interfaces (--tun) against the
+    /// link bandwidth and against a plain veth pair in the same run (root).
+    Tun(flitctl::bench_tun::BenchTunArgs),
     /// One process of the bare forwarder baseline (the datapath bench
     /// starts three; not for use by hand).
     #[command(hide = true)]
@@ -170,6 +173,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Fidelity(args)) => flitctl::bench_fidelity::run(args),
         Command::Bench(BenchCommand::Sim(args)) => bench_sim::run(args),
         Command::Bench(BenchCommand::Reroute(args)) => flitctl::bench_reroute::run(args),
+        Command::Bench(BenchCommand::Tun(args)) => flitctl::bench_tun::run(args),
         Command::Bench(BenchCommand::BaselineRole(args)) => bench_baseline::run_role(&args),
         Command::Reproduce { args } => flitctl::experiments::reproduce(&args),
         Command::Compose(args) => compose::run(args),

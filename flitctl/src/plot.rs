@@ -46,35 +46,108 @@ fn nice_step(span: f64, ticks: f64) -> f64 {
     m * mag
 }
 
+/// A named line of a chart's lower panel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub label: String,
+    /// (seconds since traffic start, value).
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Colours of the lower panel's lines, in turn.
+const SERIES_COLOURS: [&str; 4] = ["#e07b00", "#7b3fb5", "#008a8a", "#a05a2c"];
+
 /// Renders `points` (seconds, value) as an SVG line chart.
 pub fn line_chart(title: &str, y_label: &str, points: &[(f64, f64)], markers: &[Marker]) -> String {
+    chart(title, y_label, points, None, markers)
+}
+
+/// `points` as in [`line_chart`], with a second panel below on the same
+/// time axis holding `flows` (each in its own colour, named in a legend)
+/// against `flows_label`.
+pub fn line_chart_with_flows(
+    title: &str,
+    y_label: &str,
+    points: &[(f64, f64)],
+    flows_label: &str,
+    flows: &[Series],
+    markers: &[Marker],
+) -> String {
+    chart(title, y_label, points, Some((flows_label, flows)), markers)
+}
+
+fn chart(
+    title: &str,
+    y_label: &str,
+    points: &[(f64, f64)],
+    flows: Option<(&str, &[Series])>,
+    markers: &[Marker],
+) -> String {
     let x_max = points
         .iter()
+        .chain(
+            flows
+                .iter()
+                .flat_map(|(_, f)| f.iter().flat_map(|s| s.points.iter())),
+        )
         .map(|p| p.0)
         .chain(markers.iter().map(|m| m.t_s))
         .fold(1e-9, f64::max);
-    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.1;
-    let pw = W - LEFT - RIGHT;
-    let ph = H - TOP - BOTTOM;
-    let x = |t: f64| LEFT + t / x_max * pw;
-    let y = |v: f64| TOP + ph - v / y_max * ph;
+    let height = if flows.is_some() { 2.0 * H - TOP } else { H };
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<rect width="{W}" height="{height}" fill="white"/>"#);
     let _ = writeln!(
         s,
         r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
         W / 2.0,
         escape(title)
     );
+    let fabric = [(points, "#1f5fbf", None)];
+    panel(&mut s, TOP, x_max, y_label, &fabric, markers);
+    if let Some((label, flows)) = flows {
+        let lines: Vec<Line> = flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                (
+                    f.points.as_slice(),
+                    SERIES_COLOURS[i % SERIES_COLOURS.len()],
+                    Some(f.label.as_str()),
+                )
+            })
+            .collect();
+        panel(&mut s, H, x_max, label, &lines, markers);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A panel's line: points, colour, legend label.
+type Line<'a> = (&'a [(f64, f64)], &'a str, Option<&'a str>);
+
+/// One panel, `top` pixels down: axes, ticks, markers and `lines`
+/// (points, colour, legend label).
+fn panel(s: &mut String, top: f64, x_max: f64, y_label: &str, lines: &[Line], markers: &[Marker]) {
+    let y_max = lines
+        .iter()
+        .flat_map(|(p, _, _)| p.iter())
+        .map(|p| p.1)
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.1;
+    let pw = W - LEFT - RIGHT;
+    let ph = H - TOP - BOTTOM;
+    let x = |t: f64| LEFT + t / x_max * pw;
+    let y = |v: f64| top + ph - v / y_max * ph;
     // Axes and ticks.
     let _ = writeln!(
         s,
-        r#"<path d="M{LEFT},{TOP} V{} H{}" stroke="black" fill="none"/>"#,
-        TOP + ph,
+        r#"<path d="M{LEFT},{top} V{} H{}" stroke="black" fill="none"/>"#,
+        top + ph,
         LEFT + pw
     );
     let xs = nice_step(x_max, 10.0);
@@ -84,9 +157,9 @@ pub fn line_chart(title: &str, y_label: &str, points: &[(f64, f64)], markers: &[
             s,
             r##"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="#ddd"/><text x="{0:.1}" y="{3}" text-anchor="middle">{4}</text>"##,
             x(t),
-            TOP,
-            TOP + ph,
-            TOP + ph + 16.0,
+            top,
+            top + ph,
+            top + ph + 16.0,
             format_tick(t)
         );
         t += xs;
@@ -110,12 +183,12 @@ pub fn line_chart(title: &str, y_label: &str, points: &[(f64, f64)], markers: &[
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">time since traffic start (s)</text>"#,
         LEFT + pw / 2.0,
-        H - 10.0
+        top + ph + BOTTOM - 10.0
     );
     let _ = writeln!(
         s,
         r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>"#,
-        TOP + ph / 2.0,
+        top + ph / 2.0,
         escape(y_label)
     );
     // Markers, labels staggered so neighbours do not overlap.
@@ -125,15 +198,27 @@ pub fn line_chart(title: &str, y_label: &str, points: &[(f64, f64)], markers: &[
             s,
             r#"<line x1="{0:.1}" y1="{1}" x2="{0:.1}" y2="{2}" stroke="{3}" stroke-dasharray="4 3"/><text x="{4:.1}" y="{5}" fill="{3}" font-size="10">{6}</text>"#,
             x(m.t_s),
-            TOP,
-            TOP + ph,
+            top,
+            top + ph,
             colour,
             x(m.t_s) + 3.0,
-            TOP + 12.0 + (i % 4) as f64 * 12.0,
+            top + 12.0 + (i % 4) as f64 * 12.0,
             escape(&m.label)
         );
     }
-    if !points.is_empty() {
+    for (k, (points, colour, label)) in lines.iter().enumerate() {
+        if let Some(label) = label {
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{}" text-anchor="end" fill="{colour}">{}</text>"#,
+                LEFT + pw - 4.0,
+                top + 12.0 + k as f64 * 14.0,
+                escape(label)
+            );
+        }
+        if points.is_empty() {
+            continue;
+        }
         let mut d = String::new();
         for (i, (t, v)) in points.iter().enumerate() {
             let _ = write!(
@@ -146,12 +231,10 @@ pub fn line_chart(title: &str, y_label: &str, points: &[(f64, f64)], markers: &[
         }
         let _ = writeln!(
             s,
-            r##"<path d="{}" stroke="#1f5fbf" stroke-width="1.6" fill="none"/>"##,
+            r##"<path d="{}" stroke="{colour}" stroke-width="1.6" fill="none"/>"##,
             d.trim_end()
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 fn format_tick(v: f64) -> String {
@@ -200,6 +283,20 @@ mod tests {
         // An empty series still renders (no NaN coordinates).
         let empty = line_chart("x", "y", &[], &[]);
         assert!(!empty.contains("NaN"));
+    }
+
+    #[test]
+    fn flows_get_a_panel_of_their_own_on_the_same_time_axis() {
+        let flows = [Series {
+            label: "iperf3 h00→h15 (tcp)".into(),
+            points: vec![(0.5, 20.0), (1.0, 4.0), (4.0, 21.0)],
+        }];
+        let svg = line_chart_with_flows("t", "flits/s", &[(0.1, 1.0)], "Mbit/s", &flows, &[]);
+        assert_eq!(svg.matches("<path").count(), 4, "two axes and two lines");
+        assert!(svg.contains("iperf3 h00→h15 (tcp)") && svg.contains("Mbit/s"));
+        assert!(svg.contains(r#"height="800""#), "{svg}");
+        // The flow's last instant sets the shared time axis: a tick at 4 s.
+        assert!(svg.contains(">4</text>"), "{svg}");
     }
 
     #[test]

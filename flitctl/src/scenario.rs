@@ -166,6 +166,10 @@ pub enum ActionKind {
     SigkillSwitch,
     RestartSwitch,
     Corrupt,
+    /// Every ordered pair of hosts pings once (`fabric.tun` only).
+    Pingall,
+    /// An iperf3 flow between two hosts (`fabric.tun` only).
+    Iperf3,
 }
 
 impl ActionKind {
@@ -178,7 +182,14 @@ impl ActionKind {
             ActionKind::SigkillSwitch => "sigkill-switch",
             ActionKind::RestartSwitch => "restart-switch",
             ActionKind::Corrupt => "corrupt",
+            ActionKind::Pingall => "pingall",
+            ActionKind::Iperf3 => "iperf3",
         }
+    }
+
+    /// A program run on the hosts' IP interfaces, not a fault or repair.
+    pub fn is_application(self) -> bool {
+        matches!(self, ActionKind::Pingall | ActionKind::Iperf3)
     }
 
     fn targets_link(self) -> bool {
@@ -213,10 +224,102 @@ pub struct TimelineEntry {
     pub at: Time,
     pub action: ActionKind,
     /// `NODE:PORT` for link actions, a switch name for switch actions.
-    pub target: String,
+    #[serde(default)]
+    pub target: Option<String>,
     /// Datagrams to corrupt (corrupt only).
     #[serde(default)]
     pub count: Option<u32>,
+    /// iperf3: the host sending (`iperf3 -c`).
+    #[serde(default)]
+    pub client: Option<String>,
+    /// iperf3: the host receiving (`iperf3 -s`).
+    #[serde(default)]
+    pub server: Option<String>,
+    /// iperf3: how long the client sends, whole seconds (`-t`).
+    #[serde(default)]
+    pub duration: Option<Time>,
+    /// iperf3: the reporting interval (`-i`), 100 ms at least.
+    #[serde(default)]
+    pub interval: Option<Time>,
+    /// iperf3: `tcp` (default) or `udp`.
+    #[serde(default)]
+    pub protocol: Option<Protocol>,
+    /// iperf3: the target rate, `#[KMG]` bits/s (`-b`; iperf3's default
+    /// for UDP is 1M, for TCP unlimited).
+    #[serde(default)]
+    pub bitrate: Option<String>,
+}
+
+/// An iperf3 flow's transport.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// What an application action runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Application {
+    /// Every ordered pair of hosts pings once.
+    Pingall,
+    /// `iperf3 -c client → -s server`.
+    Iperf3(Iperf3Flow),
+}
+
+/// One iperf3 flow of a scenario, checked (times emulated).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Iperf3Flow {
+    pub client: String,
+    pub server: String,
+    pub duration: Duration,
+    pub interval: Duration,
+    pub protocol: Protocol,
+    pub bitrate: Option<String>,
+}
+
+/// The reporting interval of an iperf3 action without `interval`.
+pub const DEFAULT_IPERF3_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A checked application action of the timeline.
+#[derive(Clone, Debug)]
+pub struct AppAction {
+    /// After traffic starts.
+    pub at: Duration,
+    pub app: Application,
+    /// Where it came from: `timeline[2] (line 14)`.
+    pub origin: String,
+}
+
+/// Bits per second of an iperf3 rate, `#[KMG]` (`4M`, `500k`, `1.5G`).
+pub fn parse_bitrate(text: &str) -> Result<f64> {
+    let t = text.trim();
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let scale = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'G' => 1e9,
+                _ => bail!("bitrate `{text}`: the unit is K, M or G (bits/s)"),
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(n * scale),
+        _ => bail!("bitrate `{text}` must be a positive number of bits/s with an optional K, M or G (e.g. 4M)"),
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -250,6 +353,11 @@ pub struct TrafficSection {
 }
 
 impl TrafficSection {
+    /// `pattern: none`: no generated traffic (IP traffic alone).
+    pub fn generates_nothing(&self) -> bool {
+        self.pattern == "none"
+    }
+
     /// The traffic the hosts run, with `seed`.
     pub fn spec(&self, seed: u64) -> flitnet_core::control::TrafficSpec {
         flitnet_core::control::TrafficSpec {
@@ -532,6 +640,8 @@ pub struct Scenario {
     pub topology_path: PathBuf,
     /// Timeline and random actions merged, in time order.
     pub actions: Vec<Action>,
+    /// The timeline's applications (pingall, iperf3), in time order.
+    pub apps: Vec<AppAction>,
 }
 
 /// The 1-based line of item `index` of the top-level list `key`, found by
@@ -624,8 +734,19 @@ impl Scenario {
             .params()
             .validate()
             .map_err(|e| anyhow::anyhow!("{}: fabric: {}", path.display(), e.0))?;
-        file.traffic
-            .spec(file.seed)
+        // `pattern: none` generates nothing: the IP traffic of the
+        // timeline's applications alone (checked as uniform traffic).
+        let mut checked = file.traffic.spec(file.seed);
+        if file.traffic.generates_nothing() {
+            if !file.fabric.tun {
+                bail!(
+                    "{}: traffic: pattern none generates nothing: it is for IP traffic alone, with fabric: {{tun: true}}",
+                    path.display()
+                );
+            }
+            checked.pattern = "uniform".into();
+        }
+        checked
             .validate(&file.fabric.params())
             .map_err(|e| anyhow::anyhow!("{}: traffic: {}", path.display(), e.0))?;
         let at_entry = |i: usize| match entry_line(text, "timeline", i) {
@@ -721,9 +842,16 @@ impl Scenario {
             bail!("{}: traffic.duration must be positive", path.display());
         }
         let mut actions = Vec::new();
+        let mut apps = Vec::new();
         let mut previous = Duration::ZERO;
         for (i, e) in file.timeline.iter().enumerate() {
-            let what = format!("{} {} at {:?}", e.action.name(), e.target, e.at.0);
+            let what = match (&e.target, &e.client, &e.server) {
+                (Some(t), _, _) => format!("{} {t} at {:?}", e.action.name(), e.at.0),
+                (None, Some(c), Some(s)) => {
+                    format!("{} {c}->{s} at {:?}", e.action.name(), e.at.0)
+                }
+                _ => format!("{} at {:?}", e.action.name(), e.at.0),
+            };
             let at = e.at.0;
             if at < previous {
                 bail!(
@@ -742,7 +870,27 @@ impl Scenario {
                 );
             }
             previous = at;
-            let target = resolve(&topo, e.action, &e.target)
+            if e.action.is_application() {
+                let app = application(&topo, &file, e, duration - at)
+                    .with_context(|| format!("{}: {what}", at_entry(i)))?;
+                apps.push(AppAction {
+                    at,
+                    app,
+                    origin: at_entry(i),
+                });
+                continue;
+            }
+            if let Some(key) = iperf3_key(e) {
+                bail!("{}: {what}: `{key}` is only for iperf3", at_entry(i));
+            }
+            let Some(label) = &e.target else {
+                bail!(
+                    "{}: {what}: {} needs a target",
+                    at_entry(i),
+                    e.action.name()
+                );
+            };
+            let target = resolve(&topo, e.action, label)
                 .with_context(|| format!("{}: {what}", at_entry(i)))?;
             let count = match (e.action, e.count) {
                 (ActionKind::Corrupt, Some(0)) => {
@@ -760,7 +908,7 @@ impl Scenario {
                 at,
                 kind: e.action,
                 target,
-                label: e.target.clone(),
+                label: label.clone(),
                 count,
                 origin,
             });
@@ -776,7 +924,102 @@ impl Scenario {
             topo,
             topology_path,
             actions,
+            apps,
         })
+    }
+}
+
+/// The first iperf3-only key an entry sets.
+fn iperf3_key(e: &TimelineEntry) -> Option<&'static str> {
+    [
+        ("client", e.client.is_some()),
+        ("server", e.server.is_some()),
+        ("duration", e.duration.is_some()),
+        ("interval", e.interval.is_some()),
+        ("protocol", e.protocol.is_some()),
+        ("bitrate", e.bitrate.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(k, set)| set.then_some(k))
+}
+
+/// Checks an application entry (`left`: traffic time left after it).
+fn application(
+    topo: &Topology,
+    file: &ScenarioFile,
+    e: &TimelineEntry,
+    left: Duration,
+) -> Result<Application> {
+    if !file.fabric.tun {
+        bail!(
+            "{} runs programs on the hosts' IP interfaces: set fabric: {{tun: true}} (root; docs/ip.md)",
+            e.action.name()
+        );
+    }
+    if let Some(key) = [("target", e.target.is_some()), ("count", e.count.is_some())]
+        .into_iter()
+        .find_map(|(k, set)| set.then_some(k))
+    {
+        bail!("`{key}` is not for {}", e.action.name());
+    }
+    let host = |key: &str, name: &Option<String>| -> Result<String> {
+        let Some(name) = name else {
+            bail!("iperf3 needs a `{key}` host");
+        };
+        match topo.find_node(name) {
+            Some(NodeRef::Host(_)) => Ok(name.clone()),
+            Some(NodeRef::Switch(_)) => bail!("{key} `{name}` is a switch, not a host"),
+            None => bail!("{key}: no host named `{name}`"),
+        }
+    };
+    match e.action {
+        ActionKind::Pingall => {
+            if let Some(key) = iperf3_key(e) {
+                bail!("`{key}` is only for iperf3");
+            }
+            if topo.num_hosts() < 2 {
+                bail!("pingall needs two hosts at least");
+            }
+            Ok(Application::Pingall)
+        }
+        ActionKind::Iperf3 => {
+            let client = host("client", &e.client)?;
+            let server = host("server", &e.server)?;
+            if client == server {
+                bail!("client and server are the same host `{client}`");
+            }
+            let Some(Time(duration)) = e.duration else {
+                bail!("iperf3 needs a `duration` (whole seconds, e.g. 3s)");
+            };
+            // iperf3 -t takes whole seconds; emulated seconds times a
+            // whole dilation factor stay whole.
+            if duration.is_zero() || duration.subsec_nanos() != 0 {
+                bail!("duration {duration:?}: iperf3 runs for whole seconds (-t); use e.g. 3s");
+            }
+            if duration > left {
+                bail!(
+                    "duration {duration:?} runs past the end of traffic ({left:?} left); shorten it or lengthen traffic.duration"
+                );
+            }
+            let interval = e.interval.map_or(DEFAULT_IPERF3_INTERVAL, |t| t.0);
+            if interval < Duration::from_millis(100) || interval > duration {
+                bail!(
+                    "interval {interval:?} must be 100ms..={duration:?} (iperf3 -i, and within the duration)"
+                );
+            }
+            if let Some(b) = &e.bitrate {
+                parse_bitrate(b)?;
+            }
+            Ok(Application::Iperf3(Iperf3Flow {
+                client,
+                server,
+                duration,
+                interval,
+                protocol: e.protocol.unwrap_or_default(),
+                bitrate: e.bitrate.clone(),
+            }))
+        }
+        k => bail!("{} is not an application", k.name()),
     }
 }
 
@@ -842,6 +1085,13 @@ fn random_actions(
     }
     if r.kinds.is_empty() {
         bail!("{}: random.kinds is empty", path.display());
+    }
+    if let Some(k) = r.kinds.iter().find(|k| k.is_application()) {
+        bail!(
+            "{}: random.kinds: `{}` is an application, not a fault (put it in the timeline)",
+            path.display(),
+            k.name()
+        );
     }
     if let Some(k) = r.kinds.iter().find(|k| k.is_repair()) {
         bail!(
@@ -1160,6 +1410,65 @@ mod tests {
                 assert!(!is_leaf(&a.topo, s), "leaf switch drawn: {}", x.label);
             }
         }
+    }
+
+    #[test]
+    fn applications_need_ip_interfaces_and_checked_hosts() {
+        let tun = "topology: ../kary-4-2.yaml\nmechanism: reroute\ntraffic: {pattern: none, duration: 5s}\nfabric: {tun: true}\n";
+        let s = parse(&format!(
+            "{tun}timeline:\n  - {{at: 0s, action: pingall}}\n  - {{at: 1s, action: iperf3, client: h00, server: h15, duration: 3s}}\n  - {{at: 1s, action: iperf3, client: h01, server: h14, duration: 2s, interval: 500ms, protocol: udp, bitrate: 4M}}\n  - {{at: 2s, action: kill-link, target: \"s0-3:4\"}}\n"
+        ))
+        .unwrap();
+        assert_eq!(s.actions.len(), 1, "applications are not faults");
+        assert_eq!(s.apps.len(), 3);
+        assert_eq!(s.apps[0].app, Application::Pingall);
+        let Application::Iperf3(flow) = &s.apps[2].app else {
+            panic!("{:?}", s.apps[2]);
+        };
+        assert_eq!(
+            (flow.protocol, flow.interval, flow.bitrate.as_deref()),
+            (Protocol::Udp, Duration::from_millis(500), Some("4M"))
+        );
+        let Application::Iperf3(flow) = &s.apps[1].app else {
+            panic!("{:?}", s.apps[1]);
+        };
+        assert_eq!(flow.interval, DEFAULT_IPERF3_INTERVAL);
+        assert_eq!(flow.protocol, Protocol::Tcp);
+        let cases = [
+            (HEAD, "  - {at: 1s, action: pingall}\n", "set fabric: {tun: true}"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h99, duration: 2s}\n", "server: no host named `h99`"),
+            (tun, "  - {at: 1s, action: iperf3, client: s0-0, server: h01, duration: 2s}\n", "client `s0-0` is a switch"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h01}\n", "needs a `duration`"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h01, duration: 1.5s}\n", "whole seconds"),
+            (tun, "  - {at: 3s, action: iperf3, client: h00, server: h01, duration: 3s}\n", "runs past the end of traffic"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h00, duration: 2s}\n", "the same host"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h01, duration: 2s, interval: 50ms}\n", "interval 50ms must be 100ms"),
+            (tun, "  - {at: 1s, action: iperf3, client: h00, server: h01, duration: 2s, bitrate: 4X}\n", "the unit is K, M or G"),
+            (tun, "  - {at: 1s, action: pingall, target: h00}\n", "`target` is not for pingall"),
+            (tun, "  - {at: 1s, action: pingall, client: h00}\n", "`client` is only for iperf3"),
+            (tun, "  - {at: 1s, action: kill-link, target: \"s0-0:4\", server: h01}\n", "`server` is only for iperf3"),
+            (tun, "  - {at: 1s, action: kill-link}\n", "kill-link needs a target"),
+        ];
+        for (head, entry, want) in cases {
+            let err = format!(
+                "{:#}",
+                parse(&format!("{head}timeline:\n{entry}")).unwrap_err()
+            );
+            assert!(
+                err.contains(want) && err.contains("x.yaml:"),
+                "{want}: {err}"
+            );
+        }
+        let random = format!("{tun}random: {{rate-per-s: 0.1, seed: 1, kinds: [pingall]}}\n");
+        let err = format!("{:#}", parse(&random).unwrap_err());
+        assert!(err.contains("is an application, not a fault"), "{err}");
+        let silent = "topology: ../kary-4-2.yaml\nmechanism: reroute\ntraffic: {pattern: none}\n";
+        let err = format!("{:#}", parse(silent).unwrap_err());
+        assert!(err.contains("pattern none generates nothing"), "{err}");
+        assert_eq!(parse_bitrate("4M").unwrap(), 4e6);
+        assert_eq!(parse_bitrate("1.5g").unwrap(), 1.5e9);
+        assert_eq!(parse_bitrate("800").unwrap(), 800.0);
+        assert!(parse_bitrate("-1M").is_err() && parse_bitrate("M").is_err());
     }
 
     #[test]

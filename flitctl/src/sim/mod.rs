@@ -392,6 +392,7 @@ pub fn chaos_report(
             Some(p) => p.display().to_string(),
             None => "(not written; --plot FILE writes it)".into(),
         },
+        flows: &[],
     });
     if let Some(p) = plot_path {
         std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;

@@ -452,6 +452,7 @@ impl Case {
             topo,
             topology_path: PathBuf::from("topology.yaml"),
             actions,
+            apps: Vec::new(),
         })
     }
 
