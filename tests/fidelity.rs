@@ -107,12 +107,12 @@ fn the_overloaded_fabric_under_auto_dilation_is_faithful() {
     assert!(r["totals"]["messages_delivered"].as_u64().unwrap() > 0);
 }
 
-/// `flitctl bench fidelity --quick`: one row, live and simulated, with its
-/// ratios, verdict and dilation.
+/// `flitctl bench fidelity --quick`: one row and one fault row, live and
+/// simulated, with their ratios, verdicts and dilations.
 #[test]
 fn the_fidelity_bench_prints_live_against_simulated() {
     let _one = FABRIC.lock().unwrap_or_else(|e| e.into_inner());
-    let rows = flitnet::flitctl_json(&[
+    let table = flitnet::flitctl_json(&[
         "bench",
         "fidelity",
         "--quick",
@@ -122,7 +122,7 @@ fn the_fidelity_bench_prints_live_against_simulated() {
         "auto",
     ])
     .unwrap_or_else(|e| panic!("{e:#}"));
-    let rows = rows.as_array().unwrap();
+    let rows = table["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{rows:#?}");
     let r = &rows[0];
     assert_eq!(r["fabric"], "4-ary 2-tree");
@@ -134,4 +134,15 @@ fn the_fidelity_bench_prints_live_against_simulated() {
     assert!((250_000.0..=400_000.0).contains(&sim), "{r:#}");
     assert!(r["dilation"].as_u64().unwrap() >= 1);
     assert!(r["verdict"].is_string());
+    // The link kill: both ways the controller sees it and re-routes.
+    let faults = table["faults"].as_array().unwrap();
+    assert_eq!(faults.len(), 1, "{faults:#?}");
+    let f = &faults[0];
+    assert_eq!(f["fault"], "link kill, controller re-route");
+    for key in ["sim_recovery_ms", "live_recovery_ms"] {
+        assert!(f[key].as_f64().unwrap() > 0.0, "{key}: {f:#}");
+    }
+    for key in ["sim_lost", "live_lost"] {
+        assert!(f[key].is_u64(), "{key}: {f:#}");
+    }
 }

@@ -96,9 +96,12 @@ fn seed004_sampled_row_brackets_the_paper_and_is_thread_independent() {
     }
 }
 
-/// Runs one section of `flitctl reproduce --quick`.
+/// Runs one section of `flitctl reproduce --quick`, seed 003's real
+/// processes at time dilation ×2 (the default, `auto`, may pick a factor
+/// that makes the test minutes long on a busy machine).
 fn section(id: &str) -> Value {
-    let report = flitctl_json(&["reproduce", "--quick", "--only", id]).unwrap();
+    let report =
+        flitctl_json(&["reproduce", "--quick", "--only", id, "--time-dilation", "2"]).unwrap();
     let sections = report["sections"].as_array().unwrap();
     assert_eq!(sections.len(), 1, "{report}");
     sections[0].clone()
@@ -222,6 +225,28 @@ fn seed003_sbrp_local_rerouting_delivers_exactly_once_and_sbrp0_resends_most() {
         );
         check_ordering(&s, ml, &what);
     }
+    // Every run ran dilated, and says how faithful it was.
+    let cell = lines(&s)
+        .iter()
+        .find(|l| l["what"] == "4-cube, 8-flit messages, SBRP-0 (local rerouting)")
+        .unwrap();
+    assert!(
+        cell["command"]
+            .as_str()
+            .unwrap()
+            .contains("--time-dilation 2"),
+        "{cell}"
+    );
+    assert!(
+        cell["note"]
+            .as_str()
+            .unwrap()
+            .contains("dilation ×2; fidelity: "),
+        "{cell}"
+    );
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("Time dilation ×2 for every run"), "{notes}");
+    assert!(notes.contains("load average"), "{notes}");
     // Quick runs only the faithful mode.
     assert!(
         !lines(&s).iter().any(|l| l["what"]

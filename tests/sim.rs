@@ -192,6 +192,60 @@ fn up_flags_run_in_the_simulator_with_detection_and_re_routing() {
     assert!(text.contains("switch-lost"), "{text}");
 }
 
+/// A topology file's `switch-latency:` sets the switches' traversal time
+/// for `sim` with `up`'s flags and for a scenario on that topology; the
+/// flag and the scenario key win over it.
+#[test]
+fn the_topology_file_sets_the_switch_latency_and_flags_and_scenarios_win() {
+    let dir = scratch("switch-params");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 200 flit times at 200,000 flits/s: 1 ms per switch crossed; every
+    // path crosses one or three switches.
+    let topo = dir.join("slow-switches.yaml");
+    std::fs::write(
+        &topo,
+        "generator: kary-ntree\nk: 4\nn: 2\nswitch-latency: 200ft\ncrossbar-speedup: 2\n",
+    )
+    .unwrap();
+    let t = topo.to_str().unwrap();
+    let p50 = |r: &serde_json::Value| r["latency"]["p50_us"].as_f64().unwrap();
+    let quick = ["--duration", "40ms", "--load", "0.05"];
+    let file_set = flitctl_json(&[&["sim", t][..], &quick].concat()).unwrap();
+    assert!(p50(&file_set) >= 1_000.0, "{file_set:#}");
+    let flag_set =
+        flitctl_json(&[&["sim", t, "--switch-latency", "0"][..], &quick].concat()).unwrap();
+    assert!(p50(&flag_set) < 200.0, "{flag_set:#}");
+    // Scenarios: without the key the topology file's latency applies, with
+    // it the key's.
+    let scenario = |name: &str, fabric: &str| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "topology: slow-switches.yaml\nmechanism: none\ntraffic: {{load: 0.05, duration: 40ms}}\nfabric: {{{fabric}}}\n"
+            ),
+        )
+        .unwrap();
+        flitctl_json(&["sim", path.to_str().unwrap()]).unwrap()["run"].clone()
+    };
+    assert!(p50(&scenario("from-topology.yaml", "vcs: 2")) >= 1_000.0);
+    assert!(p50(&scenario("own-key.yaml", "switch-latency: 0")) < 200.0);
+    // A bad value is refused with the file and line.
+    std::fs::write(
+        &topo,
+        "generator: kary-ntree\nk: 4\nn: 2\ncrossbar-speedup: 0\n",
+    )
+    .unwrap();
+    let out = flitctl(&["sim", t]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("{t}:4: crossbar-speedup: 0 is out of range")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn live_only_options_are_refused_by_name() {
     let t = topology("kary-4-2.yaml");

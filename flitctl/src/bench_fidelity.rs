@@ -3,7 +3,9 @@
 //! and in the deterministic simulator (core/src/sim.rs, which drives the
 //! same link and switch state machines), side by side: accepted throughput
 //! and message latency p50/p99, with live/sim ratios and the live run's
-//! fidelity verdict and dilation (docs/fidelity.md).
+//! fidelity verdict and dilation (docs/fidelity.md). Fault rows kill a link
+//! mid-run, both ways through `flitctl up`'s flags (`flitctl sim` runs them
+//! in the simulator): messages lost, time to detect and to recover.
 
 use crate::report::RunReport;
 use anyhow::{Context, Result};
@@ -27,7 +29,8 @@ pub struct BenchFidelityArgs {
     /// Time dilation of the live runs (`auto` calibrates per row).
     #[arg(long, default_value = "auto", value_name = "N|auto")]
     pub time_dilation: flitnet_runtime::clock::Dilation,
-    /// Only the first row (4-ary 2-tree at 0.1): a quick check.
+    /// Only the first row (4-ary 2-tree at 0.1) and the first fault row:
+    /// a quick check.
     #[arg(long)]
     pub quick: bool,
     /// Seed of the traffic, live and simulated.
@@ -52,6 +55,63 @@ pub struct Row {
     pub verdict: String,
     pub dilation: u32,
 }
+
+/// One fault row: the same link kill run live and simulated.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FaultRow {
+    pub fabric: String,
+    pub load: f64,
+    /// What fails and what recovers (`link kill, controller re-route`).
+    pub fault: String,
+    pub sim_lost: u64,
+    pub live_lost: u64,
+    /// Fault to the first neighbour reporting it, ms (emulated).
+    pub sim_detection_ms: Option<f64>,
+    pub live_detection_ms: Option<f64>,
+    /// Fault to new tables installed on every switch, ms (emulated): the
+    /// time to recover.
+    pub sim_recovery_ms: Option<f64>,
+    pub live_recovery_ms: Option<f64>,
+    /// Messages a recovery protocol resent and delivered.
+    pub sim_recovered: u64,
+    pub live_recovered: u64,
+    /// Their mean latency (generation to delivery), ms; 0 when none.
+    pub sim_recovered_latency_ms: f64,
+    pub live_recovered_latency_ms: f64,
+    pub verdict: String,
+    pub dilation: u32,
+}
+
+/// The whole table (`--json`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Table {
+    pub rows: Vec<Row>,
+    pub faults: Vec<FaultRow>,
+}
+
+/// The fault rows: what fails and how the fabric recovers, as `flitctl up`
+/// flags. The link between leaf s0-0 and its first spine dies at 40 % of
+/// the traffic time; the controller re-routes around it (and SBRP-1 resends
+/// what it cut).
+fn fault_cases(quick: bool) -> Vec<(&'static str, &'static [&'static str])> {
+    let mut all: Vec<(&'static str, &'static [&'static str])> = vec![
+        ("link kill, controller re-route", &[]),
+        (
+            "link kill, re-route + SBRP-1",
+            &["--recovery-protocol", "sbrp1"],
+        ),
+    ];
+    if quick {
+        all.truncate(1);
+    }
+    all
+}
+
+/// Offered load of the fault rows.
+const FAULT_LOAD: f64 = 0.3;
+
+/// The link the fault rows kill (an end of it, as `--kill-link` takes it).
+const FAULT_LINK: &str = "s0-0:4";
 
 /// The fabrics and loads of the table.
 fn rows(quick: bool) -> Result<Vec<(Topology, f64)>> {
@@ -172,8 +232,86 @@ fn live(
     ];
     let up = crate::up::UpArgs::from_argv(&argv)?;
     let run = crate::up::execute(&up)?.run;
-    let params = up.fabric.params_for(&run.engine);
+    let topo = crate::topo::load(&up.topology)?;
+    let params = up.fabric.with_topology(&topo).params_for(&run.engine);
     Ok((run, params))
+}
+
+/// `flitctl up`'s arguments for one fault row, live (`run_dir`) or
+/// simulated (none).
+fn fault_argv(
+    topo_file: &std::path::Path,
+    extra: &[&str],
+    args: &BenchFidelityArgs,
+    run_dir: Option<PathBuf>,
+) -> Vec<String> {
+    let kill_at = args.duration * 2 / 5;
+    let mut argv: Vec<String> = [
+        "flitctl",
+        "up",
+        &topo_file.display().to_string(),
+        "--load",
+        &FAULT_LOAD.to_string(),
+        "--duration",
+        &format!("{}ms", args.duration.as_millis()),
+        "--seed",
+        &args.seed.to_string(),
+        "--kill-link",
+        FAULT_LINK,
+        "--kill-at",
+        &format!("{}us", kill_at.as_micros()),
+        "--time-dilation",
+        &args.time_dilation.to_string(),
+        "--progress",
+        "never",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    if let Some(dir) = run_dir {
+        argv.extend(["--run-dir".to_string(), dir.display().to_string()]);
+    }
+    argv
+}
+
+/// One fault row: the run live, then in the simulator with the same flags.
+fn fault_row(
+    topo: &Topology,
+    topo_file: &std::path::Path,
+    (fault, extra): (&str, &[&str]),
+    args: &BenchFidelityArgs,
+    run_dir: PathBuf,
+) -> Result<FaultRow> {
+    let live_args =
+        crate::up::UpArgs::from_argv(&fault_argv(topo_file, extra, args, Some(run_dir)))?;
+    let live = crate::up::execute(&live_args)
+        .with_context(|| format!("{fault}, live"))?
+        .run;
+    let sim_args = crate::up::UpArgs::from_argv(&fault_argv(topo_file, extra, args, None))?;
+    let sim = crate::sim::run_up(&sim_args, None)
+        .with_context(|| format!("{fault}, simulated"))?
+        .run;
+    let first = |r: &RunReport| r.faults.first().cloned();
+    let (sim_fault, live_fault) = (first(&sim), first(&live));
+    let fi = live.fidelity.clone().unwrap_or_default();
+    Ok(FaultRow {
+        fabric: topo.name.clone(),
+        load: FAULT_LOAD,
+        fault: fault.to_string(),
+        sim_lost: sim.totals.messages_lost,
+        live_lost: live.totals.messages_lost,
+        sim_detection_ms: sim_fault.as_ref().and_then(|f| f.detection_ms),
+        live_detection_ms: live_fault.as_ref().and_then(|f| f.detection_ms),
+        sim_recovery_ms: sim_fault.as_ref().and_then(|f| f.routes_installed_ms),
+        live_recovery_ms: live_fault.as_ref().and_then(|f| f.routes_installed_ms),
+        sim_recovered: sim.totals.recovered_messages,
+        live_recovered: live.totals.recovered_messages,
+        sim_recovered_latency_ms: sim.totals.recovered_latency_mean_us / 1e3,
+        live_recovered_latency_ms: live.totals.recovered_latency_mean_us / 1e3,
+        verdict: fi.verdict.map_or("unknown", |v| v.name()).to_string(),
+        dilation: fi.dilation,
+    })
 }
 
 pub fn run(args: BenchFidelityArgs) -> Result<()> {
@@ -213,16 +351,40 @@ pub fn run(args: BenchFidelityArgs) -> Result<()> {
         eprintln!("{}", format_row(&row));
         table.push(row);
     }
+    let tree = kary_ntree(4, 2)?;
+    let tree_file = scratch.path().join("faults.yaml");
+    std::fs::write(&tree_file, tree.to_yaml())?;
+    let mut faults = Vec::new();
+    for (i, case) in fault_cases(args.quick).into_iter().enumerate() {
+        let row = fault_row(
+            &tree,
+            &tree_file,
+            case,
+            &args,
+            scratch.path().join(format!("fault-{i}")),
+        )?;
+        eprintln!("{}", format_fault_row(&row));
+        faults.push(row);
+    }
     eprintln!(
         "load average after: {}",
         std::fs::read_to_string("/proc/loadavg")?.trim()
     );
     if args.json {
+        let table = Table {
+            rows: table,
+            faults,
+        };
         println!("{}", serde_json::to_string_pretty(&table)?);
     } else {
         println!("{}", header());
         for r in &table {
             println!("{}", format_row(r));
+        }
+        println!();
+        println!("{}", fault_header());
+        for r in &faults {
+            println!("{}", format_fault_row(r));
         }
     }
     Ok(())
@@ -292,6 +454,70 @@ fn format_row(r: &Row) -> String {
         r.sim_p99_us,
         r.live_p99_us,
         ratio(r.live_p99_us, r.sim_p99_us),
+        r.verdict,
+        r.dilation
+    )
+}
+
+fn fault_header() -> String {
+    format!(
+        "{:<14} {:>4}  {:<30}  {:>8} {:>9} {:>5}  {:>7} {:>8}  {:>7} {:>8} {:>5}  {:>13} {:>13}  {:<13} {:>4}",
+        "fabric",
+        "load",
+        "fault",
+        "lost sim",
+        "lost live",
+        "ratio",
+        "det sim",
+        "det live",
+        "rec sim",
+        "rec live",
+        "ratio",
+        "resent sim",
+        "resent live",
+        "verdict",
+        "×N"
+    )
+}
+
+/// Lost messages sim / live with their ratio; detection and recovery (new
+/// tables) in ms, with the live/sim ratio of recovery; messages resent by
+/// SBRP, with their mean latency in ms.
+fn format_fault_row(r: &FaultRow) -> String {
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let ratio = |live: f64, sim: f64| {
+        if sim > 0.0 {
+            format!("{:.2}", live / sim)
+        } else {
+            "-".into()
+        }
+    };
+    let recovery_ratio = match (r.live_recovery_ms, r.sim_recovery_ms) {
+        (Some(live), Some(sim)) => ratio(live, sim),
+        _ => "-".into(),
+    };
+    let resent = |n: u64, latency_ms: f64| {
+        if n == 0 {
+            "0".to_string()
+        } else {
+            format!("{n} @{latency_ms:.1}ms")
+        }
+    };
+    format!(
+        "{:<14} {:>4.1}  {:<30}  {:>8} {:>9} {:>5}  {:>7} {:>8}  {:>7} {:>8} {:>5}  {:>13} {:>13}  {:<13} {:>4}",
+        r.fabric,
+        r.load,
+        r.fault,
+        r.sim_lost,
+        r.live_lost,
+        ratio(r.live_lost as f64, r.sim_lost as f64),
+        ms(r.sim_detection_ms),
+        ms(r.live_detection_ms),
+        ms(r.sim_recovery_ms),
+        ms(r.live_recovery_ms),
+        recovery_ratio,
+        resent(r.sim_recovered, r.sim_recovered_latency_ms),
+        resent(r.live_recovered, r.live_recovered_latency_ms),
         r.verdict,
         r.dilation
     )

@@ -211,7 +211,7 @@ pub fn judge(need: &Need, m: &Machine) -> (Vec<String>, Vec<String>) {
 /// `--force`.
 pub fn check_up(args: &UpArgs) -> Result<()> {
     let topo = crate::topo::load(&args.topology)?;
-    let params = args.fabric.params_for(&args.engine);
+    let params = args.fabric.with_topology(&topo).params_for(&args.engine);
     let need = Need::of(&topo, params.bandwidth_flits_per_s, args.traffic.load);
     let machine = Machine::this();
     let (refuse, warn) = judge(&need, &machine);

@@ -409,11 +409,13 @@ pub struct FabricSection {
     /// under SBRP, resent; docs/sbrp.md "Deadlock"): `auto` (the default,
     /// as `--hoq-lifetime`), `off` (or 0), or a duration.
     pub hoq_lifetime: HoqKey,
-    /// Switch traversal latency: flit times (`4ft`, the default) or a
-    /// duration (`250ns`); docs/performance.md, "The timing model".
-    pub switch_latency: ScenarioSwitchLatency,
-    /// Crossbar speedup (1 = none).
-    pub crossbar_speedup: u8,
+    /// Switch traversal latency: flit times (`4ft`) or a duration
+    /// (`250ns`); docs/performance.md, "The timing model". Default: the
+    /// topology file's `switch-latency:`, else 4ft.
+    pub switch_latency: Option<ScenarioSwitchLatency>,
+    /// Crossbar speedup (1 = none). Default: the topology file's
+    /// `crossbar-speedup:`, else 1.
+    pub crossbar_speedup: Option<u8>,
     /// Time dilation: a whole factor, or `auto` (the default) to calibrate
     /// on this machine (docs/fidelity.md).
     pub time_dilation: DilationKey,
@@ -498,8 +500,8 @@ impl Default for FabricSection {
             link_retrain: Time(d.link_retrain),
             reconfiguration: Default::default(),
             hoq_lifetime: HoqKey(d.hoq_lifetime),
-            switch_latency: ScenarioSwitchLatency(d.switch_latency),
-            crossbar_speedup: d.crossbar_speedup,
+            switch_latency: None,
+            crossbar_speedup: None,
             time_dilation: DilationKey::default(),
             tun: false,
         }
@@ -522,8 +524,10 @@ impl FabricSection {
             transport: self.transport,
             link_retrain: self.link_retrain.0,
             hoq_lifetime: self.hoq_lifetime.0,
-            switch_latency: self.switch_latency.0,
-            crossbar_speedup: self.crossbar_speedup,
+            switch_latency: self.switch_latency.map(|l| l.0).unwrap_or_default(),
+            crossbar_speedup: self
+                .crossbar_speedup
+                .unwrap_or(crate::spec::DEFAULT_CROSSBAR_SPEEDUP),
         }
     }
 
@@ -717,7 +721,7 @@ impl Scenario {
     pub fn parse(path: &Path, text: &str) -> Result<Scenario> {
         flitnet_core::input::check_yaml(text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let file: ScenarioFile = serde_yaml_ng::from_str(text).map_err(|e| {
+        let mut file: ScenarioFile = serde_yaml_ng::from_str(text).map_err(|e| {
             // A value refused by its own parser (a mechanism's name) comes
             // without a position: name the line of its key.
             let key_line = (!e.to_string().contains(" line ")
@@ -822,6 +826,14 @@ impl Scenario {
         };
         let topo = crate::topo::load(&topology_path)
             .with_context(|| format!("{}: topology", path.display()))?;
+        // The topology file's switch parameters, where the scenario sets none.
+        let fabric = &mut file.fabric;
+        fabric.switch_latency = fabric
+            .switch_latency
+            .or(topo.switch_params.switch_latency.map(ScenarioSwitchLatency));
+        fabric.crossbar_speedup = fabric
+            .crossbar_speedup
+            .or(topo.switch_params.crossbar_speedup);
         if let Some(c) = file
             .mechanism
             .dlr(&topo)

@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
+use flitnet_core::topology::Topology;
 use std::time::Duration;
 
 /// Link and switch parameters of an emulated fabric.
@@ -154,14 +155,16 @@ pub struct FabricArgs {
     #[arg(long, default_value = "auto", value_parser = parse_hoq_lifetime)]
     pub hoq_lifetime: HoqLifetime,
     /// Switch traversal latency (routing, allocation, crossbar): flit
-    /// times (`4ft`, the default: a four-stage router pipeline) or a
-    /// duration (`250ns`); docs/performance.md, "The timing model".
-    #[arg(long, default_value = "4ft", value_parser = parse_switch_latency)]
-    pub switch_latency: SwitchLatency,
+    /// times (`4ft`: a four-stage router pipeline) or a duration
+    /// (`250ns`); docs/performance.md, "The timing model". Default: the
+    /// topology file's `switch-latency:`, else 4ft.
+    #[arg(long, value_parser = parse_switch_latency)]
+    pub switch_latency: Option<SwitchLatency>,
     /// Crossbar speedup: flits each switch input and output port moves per
-    /// flit time (1 = none).
-    #[arg(long, default_value_t = 1)]
-    pub crossbar_speedup: u8,
+    /// flit time (1 = none). Default: the topology file's
+    /// `crossbar-speedup:`, else 1.
+    #[arg(long)]
+    pub crossbar_speedup: Option<u8>,
     /// Give every host an IP interface (a TUN device `flit0` in a network
     /// namespace of its own, needs root): IP packets cross the fabric as
     /// messages, beside the generated traffic (`--pattern none`: IP only).
@@ -178,6 +181,10 @@ pub struct FabricArgs {
     #[arg(long, requires = "tun")]
     pub tun_mtu: Option<u32>,
 }
+
+/// Crossbar speedup when neither a flag, a scenario nor the topology file
+/// sets one: none.
+pub const DEFAULT_CROSSBAR_SPEEDUP: u8 = 1;
 
 fn parse_switch_latency(s: &str) -> Result<SwitchLatency, String> {
     SwitchLatency::parse(s).map_err(|e| e.0)
@@ -269,8 +276,19 @@ impl FabricArgs {
             transport: self.transport().data(),
             link_retrain: self.link_retrain,
             hoq_lifetime: self.hoq_lifetime,
-            switch_latency: self.switch_latency,
-            crossbar_speedup: self.crossbar_speedup,
+            switch_latency: self.switch_latency.unwrap_or_default(),
+            crossbar_speedup: self.crossbar_speedup.unwrap_or(DEFAULT_CROSSBAR_SPEEDUP),
+        }
+    }
+
+    /// The flags, with the switch parameters they leave out taken from
+    /// `topo`'s file ([`flitnet_core::topology::SwitchParams`]; flag > topology file > default).
+    pub fn with_topology(&self, topo: &Topology) -> FabricArgs {
+        let file = topo.switch_params;
+        FabricArgs {
+            switch_latency: self.switch_latency.or(file.switch_latency),
+            crossbar_speedup: self.crossbar_speedup.or(file.crossbar_speedup),
+            ..self.clone()
         }
     }
 

@@ -365,8 +365,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     if ip_only {
         checked.pattern = "uniform".into();
     }
-    crate::session::check_before_launch(&args.fabric.params_for(&args.engine), &checked)?;
     let topo = crate::topo::load(&args.topology)?;
+    let fabric = args.fabric.with_topology(&topo);
+    crate::session::check_before_launch(&fabric.params_for(&args.engine), &checked)?;
     let UpFaults {
         kill_links,
         kill_switches,
@@ -383,7 +384,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             args.mechanism
         );
     }
-    let mut params = args.fabric.params_for(&args.engine);
+    let mut params = fabric.params_for(&args.engine);
     let (factor, dilation_source) =
         crate::fidelity::resolve(args.time_dilation, &topo, &params, args.traffic.load);
     params.time_dilation = factor;

@@ -16,7 +16,10 @@
 //! loading it gives back an identical [`Topology`].
 
 use super::generators::generate;
-use super::{Family, HostKind, NodeRef, PgftParams, PortNo, PortRef, Topology, TopologyError};
+use super::{
+    Family, HostKind, NodeRef, PgftParams, PortNo, PortRef, SwitchParams, Topology, TopologyError,
+};
+use crate::control::{limits, SwitchLatency};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -100,6 +103,11 @@ struct Document {
     switches: Option<Vec<SwitchEntry>>,
     hosts: Option<Vec<HostEntry>>,
     links: Option<Vec<String>>,
+    /// A number (`0`) or text (`4ft`, `250ns`): read as text.
+    #[serde(rename = "switch-latency")]
+    switch_latency: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "crossbar-speedup")]
+    crossbar_speedup: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -278,11 +286,12 @@ impl Topology {
                 line: e.location().map(|l| l.line()),
                 message: strip_location(&e.to_string()),
             })?;
-        let topo = if doc.generator.is_some() {
+        let mut topo = if doc.generator.is_some() {
             from_generator(&src, &doc)?
         } else {
             from_explicit(&src, &doc)?
         };
+        topo.switch_params = switch_params(&src, &doc)?;
         if let Err(error) = topo.validate() {
             let (element, line) = locate_validation_error(&src, &topo, &error);
             return Err(src.invalid(line, element, error));
@@ -297,6 +306,12 @@ impl Topology {
         let _ = writeln!(out, "# flitnet topology, explicit form (docs/topology.md)");
         let _ = writeln!(out, "name: {}", yaml_str(&self.name, false));
         write_family(&mut out, &self.family);
+        if let Some(latency) = self.switch_params.switch_latency {
+            let _ = writeln!(out, "switch-latency: {latency}");
+        }
+        if let Some(speedup) = self.switch_params.crossbar_speedup {
+            let _ = writeln!(out, "crossbar-speedup: {speedup}");
+        }
         out.push_str("switches:\n");
         for s in &self.switches {
             let _ = write!(
@@ -412,6 +427,59 @@ fn write_family(out: &mut String, family: &Family) {
         }
         Family::Custom => {}
     }
+}
+
+/// `switch-latency:` and `crossbar-speedup:`, checked against the bounds
+/// the daemons accept ([`crate::control::FabricParams::validate`]).
+fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyFileError> {
+    let switch_latency = match &doc.switch_latency {
+        None => None,
+        Some(value) => {
+            let key = "switch-latency";
+            let text = match value {
+                serde_yaml_ng::Value::Number(n) => n.to_string(),
+                serde_yaml_ng::Value::String(t) => t.clone(),
+                _ => String::new(),
+            };
+            let latency =
+                SwitchLatency::parse(&text).map_err(|e| src.spec(src.key_line(key), key, e.0))?;
+            let too_long = match latency {
+                SwitchLatency::FlitTimes(n) => n > limits::MAX_SWITCH_LATENCY_FLIT_TIMES,
+                SwitchLatency::Ns(ns) => ns > limits::MAX_SWITCH_LATENCY_NS,
+            };
+            if too_long {
+                return Err(src.spec(
+                    src.key_line(key),
+                    key,
+                    format!(
+                        "{latency} is too long: at most {}ft or {} ms",
+                        limits::MAX_SWITCH_LATENCY_FLIT_TIMES,
+                        limits::MAX_SWITCH_LATENCY_NS / 1_000_000
+                    ),
+                ));
+            }
+            Some(latency)
+        }
+    };
+    let crossbar_speedup = match doc.crossbar_speedup {
+        None => None,
+        Some(n) if (1..=limits::MAX_CROSSBAR_SPEEDUP as u64).contains(&n) => Some(n as u8),
+        Some(n) => {
+            let key = "crossbar-speedup";
+            return Err(src.spec(
+                src.key_line(key),
+                key,
+                format!(
+                    "{n} is out of range: a crossbar speedup is 1..={}",
+                    limits::MAX_CROSSBAR_SPEEDUP
+                ),
+            ));
+        }
+    };
+    Ok(SwitchParams {
+        switch_latency,
+        crossbar_speedup,
+    })
 }
 
 /// The family named by `generator:` or `family:` (`key`), with its

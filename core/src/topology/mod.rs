@@ -213,6 +213,30 @@ pub struct Topology {
     pub switches: Vec<Switch>,
     pub hosts: Vec<Host>,
     pub links: Vec<Link>,
+    /// The switch parameters the topology file sets, if any.
+    #[serde(default, skip_serializing_if = "SwitchParams::is_unset")]
+    pub switch_params: SwitchParams,
+}
+
+/// Switch parameters a topology file may set (`switch-latency:`,
+/// `crossbar-speedup:`; docs/topology.md). A run's flag or scenario key
+/// wins over them; what none of the three sets takes the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SwitchParams {
+    /// Switch traversal latency (routing, allocation, crossbar).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_latency: Option<crate::control::SwitchLatency>,
+    /// Flits per input and per output port per flit time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crossbar_speedup: Option<u8>,
+}
+
+impl SwitchParams {
+    /// True when the file sets neither parameter.
+    pub fn is_unset(&self) -> bool {
+        self.switch_latency.is_none() && self.crossbar_speedup.is_none()
+    }
 }
 
 impl fmt::Display for NodeRef {
@@ -234,6 +258,7 @@ impl Topology {
             switches: Vec::new(),
             hosts: Vec::new(),
             links: Vec::new(),
+            switch_params: SwitchParams::default(),
         }
     }
 

@@ -36,6 +36,7 @@ use flitnet_core::routing::registry::engine;
 use flitnet_core::routing::smodk::SmodkRouter;
 use flitnet_core::topology::generators::{kary_ntree, mesh_or_torus, pgft};
 use flitnet_core::topology::{FaultSet, HostId, HostKind, PgftParams, Topology};
+use flitnet_runtime::clock::Dilation;
 use rand::seq::index::sample;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -67,6 +68,12 @@ pub struct ReproduceArgs {
     /// of CPU in release).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(5..=8))]
     pub distance1_faults: u32,
+    /// Time dilation of seed 003's real-process runs (docs/fidelity.md):
+    /// `auto` calibrates on each topology's first run, and every later run
+    /// on that topology takes the same factor (paired runs share it); or a
+    /// whole factor for every run.
+    #[arg(long, default_value = "auto", value_name = "N|auto")]
+    pub time_dilation: Dilation,
 }
 
 /// Section ids, in report order.
@@ -1165,9 +1172,19 @@ impl SbrpFaults {
     }
 }
 
-/// Runs `cmd` (a `flitctl up` command line; `FILE` stands for `perm`) and
-/// returns its figures.
-fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRun> {
+/// How one real-process run of seed 003 measured: the factor it ran at,
+/// its fidelity verdict (docs/fidelity.md) and its wall time.
+#[derive(Clone, Debug)]
+struct RunFidelity {
+    dilation: u32,
+    verdict: String,
+    wall_s: f64,
+}
+
+/// Runs `cmd` (a `flitctl up` command line, with its `--time-dilation`;
+/// `FILE` stands for `perm`) and returns its figures and fidelity.
+fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<(SbrpRun, RunFidelity)> {
+    let started = Instant::now();
     let mut argv: Vec<String> = cmd
         .split_whitespace()
         .map(|a| a.replace("FILE", &perm.display().to_string()))
@@ -1176,16 +1193,23 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
     argv.push(run_dir.display().to_string());
     argv.push("--progress".into());
     argv.push("never".into());
-    // The orderings documented in docs/reproduction.md were measured
-    // undilated; a command line may ask for a factor.
-    if !argv.iter().any(|a| a == "--time-dilation") {
-        argv.push("--time-dilation".into());
-        argv.push("1".into());
-    }
     let up = flitctl::up::UpArgs::from_argv(&argv).with_context(|| cmd.to_string())?;
     let r = flitctl::up::execute(&up)
         .with_context(|| cmd.to_string())?
         .run;
+    let fi = r.fidelity.clone().unwrap_or_default();
+    let fidelity = RunFidelity {
+        dilation: fi.dilation,
+        verdict: fi.verdict.map_or("unknown", |v| v.name()).to_string(),
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    tracing::info!(
+        cmd,
+        dilation = fidelity.dilation,
+        verdict = fidelity.verdict,
+        wall_s = fidelity.wall_s,
+        "seed 003 run"
+    );
     let t = &r.totals;
     let latency = t.recovered_latency_moments_ns;
     anyhow::ensure!(
@@ -1194,7 +1218,7 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         t.recovered_messages,
         latency.count
     );
-    Ok(SbrpRun {
+    let run = SbrpRun {
         sent: t.messages_sent,
         lost: t.messages_lost,
         lost_unreachable: t.lost_unreachable,
@@ -1206,7 +1230,33 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
         rrqs: t.recover_requests,
         latency,
         retained: t.retained,
-    })
+    };
+    Ok((run, fidelity))
+}
+
+/// How many of `runs` each fidelity verdict covers: `12 faithful, 2
+/// degraded`.
+fn verdict_counts(runs: &[RunFidelity]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for r in runs {
+        match counts.iter_mut().find(|(v, _)| *v == r.verdict) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&r.verdict, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(v, n)| format!("{n} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The 1-minute load average (`/proc/loadavg`), as printed there.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Seed 003 (digest §6.3 Figs 79–82, §5.7 Table 2, §6.4): SBRP-0/1/2 on
@@ -1221,8 +1271,12 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<SbrpRu
 /// the messages that needed a resend ("corrupted messages", generation to
 /// delivery), the flits resent per resent packet (overhead), and that
 /// every message arrived exactly once.
-fn seed003(quick: bool) -> Result<Section> {
+fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
     let started = Instant::now();
+    let load_before = load_average();
+    // Every run's fidelity, and the factor each topology ran at.
+    let mut fidelity: Vec<RunFidelity> = Vec::new();
+    let mut factors: Vec<String> = Vec::new();
     // (name, file, routers failed in faithful mode (one per run), link ends
     // for controller mode, load per flow in controller mode).
     let cases: Vec<Sbrp003Case> = vec![
@@ -1285,6 +1339,12 @@ fn seed003(quick: bool) -> Result<Section> {
         for (name, file, routers, (a, b), ctl_load) in cases {
             let path = std::path::Path::new(file);
             let topo = flitctl::topo::load(path)?;
+            // `auto` calibrates on this topology's first run; the rest
+            // take its factor, so that the protocols' paired runs share it.
+            let mut factor = match dilation {
+                Dilation::Fixed(n) => Some(n),
+                Dilation::Auto => None,
+            };
             // Per run: (permutation file, what it is, the fault options).
             let mut setups = Vec::new();
             match mode {
@@ -1326,15 +1386,24 @@ fn seed003(quick: bool) -> Result<Section> {
                 // flows and seed at each index for every protocol).
                 let mut runs: Vec<Vec<SbrpRun>> = Vec::new();
                 let mut totals = Vec::new();
+                let mut cell_fidelity: Vec<RunFidelity> = Vec::new();
                 for proto in protocols {
                     let mut cmds = Vec::new();
                     let mut each = Vec::new();
+                    let mut each_fidelity = Vec::new();
                     for (k, (perm, what_flows, faults)) in setups.iter().enumerate() {
+                        let dilated = factor.map_or("auto".to_string(), |n| n.to_string());
                         let cmd = format!(
-                            "flitctl up {file} --pattern permutation:FILE --message-flits {ml} --max-packet-flits {ml} --bandwidth 20000 --duration {duration} {faults} --recovery-protocol {proto}"
+                            "flitctl up {file} --pattern permutation:FILE --message-flits {ml} --max-packet-flits {ml} --bandwidth 20000 --duration {duration} {faults} --recovery-protocol {proto} --time-dilation {dilated}"
                         );
                         let tag = format!("{}-{ml}-{proto}-{k}", mode.label().replace(' ', "-"));
-                        each.push(sbrp_up(&cmd, perm, dir.join(tag))?);
+                        let (run, fi) = sbrp_up(&cmd, perm, dir.join(tag))?;
+                        if factor.is_none() {
+                            factor = Some(fi.dilation);
+                            factors.push(format!("{name} ×{} ({})", fi.dilation, mode.label()));
+                        }
+                        each.push(run);
+                        each_fidelity.push(fi);
                         cmds.push(cmd.replace("FILE", what_flows));
                     }
                     let run = each
@@ -1342,11 +1411,20 @@ fn seed003(quick: bool) -> Result<Section> {
                         .skip(1)
                         .fold(each.first().context("no run")?.clone(), |t, r| t.plus(r));
                     let ok = run.lost == 0 && run.duplicates == 0 && run.retained == 0;
-                    let runs_note = if setups.len() > 1 {
-                        format!("{} runs, summed", setups.len())
-                    } else {
-                        String::new()
-                    };
+                    let dilations: std::collections::BTreeSet<u32> =
+                        each_fidelity.iter().map(|f| f.dilation).collect();
+                    let dilations: Vec<String> =
+                        dilations.iter().map(|n| format!("×{n}")).collect();
+                    let runs_note = format!(
+                        "{}dilation {}; fidelity: {}",
+                        if setups.len() > 1 {
+                            format!("{} runs, summed; ", setups.len())
+                        } else {
+                            String::new()
+                        },
+                        dilations.join("/"),
+                        verdict_counts(&each_fidelity)
+                    );
                     lines.push(
                         line(
                             format!(
@@ -1366,8 +1444,16 @@ fn seed003(quick: bool) -> Result<Section> {
                     );
                     totals.push(run);
                     runs.push(each);
+                    cell_fidelity.extend(each_fidelity);
                 }
-                lines.push(ordering_line(name, ml, mode, &runs));
+                let mut ordering = ordering_line(name, ml, mode, &runs);
+                ordering.note = format!(
+                    "{}; runs' fidelity: {}",
+                    ordering.note,
+                    verdict_counts(&cell_fidelity)
+                );
+                lines.push(ordering);
+                fidelity.extend(cell_fidelity);
                 lines.extend(overhead_line(name, ml, mode, &totals));
             }
         }
@@ -1398,6 +1484,23 @@ fn seed003(quick: bool) -> Result<Section> {
         "Corrupted-message latency is generation to delivery of the messages that needed a resend; n is how many there were. \"Lost\" is not delivered when the report was taken (the drain waits for the senders' hold windows). Only the dead router's own host is cut off, and no flow starts or ends there.".into(),
         "Latency orderings are tested on runs, not on messages: a run is one fault schedule under one traffic seed, and every protocol runs the same schedules. Each protocol's mean is over its recovered messages (n, pooled), with how many runs recovered any; then, for every pair the paper orders (faster first), the mean over runs of the difference of the two protocols' per-run mean latencies, with its 95 % t interval (m − 1 degrees of freedom, m = the runs in which both recovered a message). Messages recovered after one kill share its timing, so they are not independent samples; runs are. ✔ match: every ordered pair's interval lies below 0 (if a pair were in truth tied or reversed, its interval would lie below 0 by chance at most 2.5 % of the time); ✘ differs: at least one pair's interval lies above 0, the paper's order significantly reversed (by chance at most 2.5 % per pair if the paper's order or a tie were true); ≈ inconclusive otherwise, including a pair with fewer than 2 such runs.".into(),
     ];
+    let wall: f64 = fidelity.iter().map(|f| f.wall_s).sum();
+    notes.push(format!(
+        "Time dilation {} (docs/fidelity.md). Every duration above is emulated time. Fidelity of the {} runs: {}; 1-minute load average {} before the section and {} after; wall time per run {:.1} s on average ({:.0} s of runs in all).",
+        match dilation {
+            Dilation::Auto => format!(
+                "auto, calibrated on each topology's first run and then fixed for that topology: {}",
+                factors.join(", ")
+            ),
+            Dilation::Fixed(n) => format!("×{n} for every run"),
+        },
+        fidelity.len(),
+        verdict_counts(&fidelity),
+        load_before,
+        load_average(),
+        wall / fidelity.len().max(1) as f64,
+        wall
+    ));
     if !quick {
         notes.push("Controller re-routing rows (ours, not the thesis's: its fault handling is local): a link killed once after 1 s, the controller re-routing (up*/down*), 16-flit buffers, load 0.4 per flow on the 4-cube, 0.2 on the mesh, up to 8 flows crossing that link. There a resend waits for the controller's new tables (a resend sent earlier would be cut again at the dead link), which dominates the latency and varies run to run.".into());
     }
@@ -1641,6 +1744,7 @@ pub fn reproduce(
     threads: usize,
     only: &[String],
     distance1_faults: u32,
+    dilation: Dilation,
 ) -> Result<Report> {
     let started = Instant::now();
     if let Some(bad) = only.iter().find(|o| !SECTIONS.contains(&o.as_str())) {
@@ -1655,7 +1759,7 @@ pub fn reproduce(
             "002-connectivity" => seed002(quick, threads)?,
             "000-ft2ei" => seed000(quick, threads)?,
             "001-routing" => seed001(quick)?,
-            "003-sbrp" => seed003(quick)?,
+            "003-sbrp" => seed003(quick, dilation)?,
             _ => sbrp_sim::section(quick, threads)?,
         });
     }
@@ -1748,6 +1852,9 @@ fn command_args(a: &ReproduceArgs) -> String {
     if a.distance1_faults != 6 {
         s += &format!(" --distance1-faults {}", a.distance1_faults);
     }
+    if a.time_dilation != Dilation::Auto {
+        s += &format!(" --time-dilation {}", a.time_dilation);
+    }
     if let Some(w) = &a.write {
         s += &format!(" --write {}", w.display());
     }
@@ -1756,7 +1863,13 @@ fn command_args(a: &ReproduceArgs) -> String {
 
 /// `flitctl reproduce`.
 pub fn run(a: ReproduceArgs) -> Result<()> {
-    let mut report = reproduce(a.quick, a.threads, &a.only, a.distance1_faults)?;
+    let mut report = reproduce(
+        a.quick,
+        a.threads,
+        &a.only,
+        a.distance1_faults,
+        a.time_dilation,
+    )?;
     report.args = command_args(&a);
     let text = if a.json {
         serde_json::to_string_pretty(&report)?

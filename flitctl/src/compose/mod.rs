@@ -1117,7 +1117,7 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
     let placement = placement_file
         .map(|f| placement::Placement::plan(&topo, f))
         .transpose()?;
-    let mut params = args.fabric.params();
+    let mut params = args.fabric.with_topology(&topo).params();
     // Containers reach each other over the bundle's network: UDP is the
     // compose transport (the local default, shm, needs one machine's
     // shared memory; any other was refused above).

@@ -403,10 +403,10 @@ pub fn chaos_report(
 /// The plan of `up`'s flags, and the elements each fault step acts on.
 pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Element>>)> {
     use crate::controller::Element;
-    let params = args.fabric.params_for(&args.engine);
+    let topo = crate::topo::load(&args.topology)?;
+    let params = args.fabric.with_topology(&topo).params_for(&args.engine);
     let spec = args.traffic.spec(args.seed);
     crate::session::check_before_launch(&params, &spec)?;
-    let topo = crate::topo::load(&args.topology)?;
     let crate::up::UpFaults {
         kill_links,
         kill_switches,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::control::SwitchLatency;
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus, pgft, ruft};
 use proptest::prelude::*;
 
@@ -299,6 +300,75 @@ fn error_generator_parameter_out_of_range() {
     expect_error(
         "generator: pgft\nm: [4000000000, 4000000000, 4000000000]\nw: [1, 1, 1]\np: [1, 1, 1]\n",
         "nodes",
+        Some(1),
+    );
+}
+
+#[test]
+fn switch_parameters_are_read_in_both_forms_and_round_trip() {
+    let t = load("generator: kary-ntree\nk: 2\nn: 2\nswitch-latency: 250ns\ncrossbar-speedup: 2\n")
+        .unwrap();
+    assert_eq!(
+        t.switch_params,
+        SwitchParams {
+            switch_latency: Some(SwitchLatency::Ns(250)),
+            crossbar_speedup: Some(2),
+        }
+    );
+    let back = load(&t.to_yaml()).unwrap();
+    assert_eq!(back, t);
+    // A number is a latency too (0: none), and the explicit form takes them.
+    let t = load(&format!("switch-latency: 0\n{TINY}")).unwrap();
+    assert_eq!(t.switch_params.switch_latency, Some(SwitchLatency::Ns(0)));
+    assert_eq!(t.switch_params.crossbar_speedup, None);
+    let t = load(&format!("switch-latency: 6ft\n{TINY}")).unwrap();
+    assert_eq!(
+        t.switch_params.switch_latency,
+        Some(SwitchLatency::FlitTimes(6))
+    );
+    // Left out, nothing is set: the run's flags or the defaults apply.
+    assert!(load(TINY).unwrap().switch_params.is_unset());
+    assert!(!TINY.contains("switch-latency") && !load(TINY).unwrap().to_yaml().contains("switch-"));
+}
+
+#[test]
+fn error_bad_switch_parameters_name_the_key_and_line() {
+    let g = "generator: kary-ntree\nk: 2\nn: 2\n";
+    expect_error(
+        &format!("{g}switch-latency: fast\n"),
+        "test.yaml:4: switch-latency: switch latency \"fast\": expected flit times",
+        Some(4),
+    );
+    expect_error(
+        &format!("{g}switch-latency: [4]\n"),
+        "switch-latency",
+        Some(4),
+    );
+    expect_error(
+        &format!("{g}switch-latency: -3ns\n"),
+        "switch-latency",
+        Some(4),
+    );
+    expect_error(
+        &format!("{g}switch-latency: 5000ft\n"),
+        "5000ft is too long",
+        Some(4),
+    );
+    expect_error(&format!("{g}switch-latency: 2ms\n"), "is too long", Some(4));
+    expect_error(
+        &format!("{g}crossbar-speedup: 0\n"),
+        "test.yaml:4: crossbar-speedup: 0 is out of range: a crossbar speedup is 1..=64",
+        Some(4),
+    );
+    expect_error(
+        &format!("{g}crossbar-speedup: 65\n"),
+        "65 is out of range",
+        Some(4),
+    );
+    expect_error(&format!("{g}crossbar-speedup: -1\n"), "-1", Some(4));
+    expect_error(
+        &format!("crossbar-speedup: 100\n{TINY}"),
+        "crossbar-speedup",
         Some(1),
     );
 }
