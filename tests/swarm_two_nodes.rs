@@ -255,7 +255,13 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let printed = ok(Command::new(bin("flitctl"))
         .args(["compose", topology("kary-4-2.yaml").to_str().unwrap(), "-o"])
         .arg(&bundle)
-        .args(["--subnet", "10.236.0.0/16", "--image", &image_id, "--placement"])
+        .args([
+            "--subnet",
+            "10.236.0.0/16",
+            "--image",
+            &image_id,
+            "--placement",
+        ])
         .arg(&placement));
     assert!(printed.contains("cut links: 8 of 32 (25.0 %)"), "{printed}");
     // The controller: JSON report, 20 s of traffic, daemons stopped at the end.
@@ -345,9 +351,11 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let c1 = task_container(e2, &format!("{stack}_{victim1}"));
     ok(docker(None).args(["kill", &c0]));
     ok(docker(e2).args(["kill", &c1]));
+    let killed = deploy_at.elapsed();
 
     // The report.
     let status = ok(docker(None).args(["wait", &controller]));
+    let exited = deploy_at.elapsed();
     let logs = run(docker(None).args(["logs", &controller]));
     let stdout = String::from_utf8_lossy(&logs.stdout).to_string();
     let stderr = String::from_utf8_lossy(&logs.stderr).to_string();
@@ -396,7 +404,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let local = cut["local_one_way_us"].as_f64().unwrap_or(0.0);
     assert!(crossing > 0.0 && local > 0.0, "{cut}");
     eprintln!(
-        "image {:.0}s, swarm of two {:.1}s, deploy -> 25 tasks running {:.1}s -> attached {:.1}s, run {:.1}s; \
+        "image {:.0}s, swarm of two {:.1}s, deploy -> 25 tasks running {:.1}s -> attached {:.1}s -> spines killed {:.1}s -> controller exited {:.1}s, report read {:.1}s; \
          {delivered} of {sent} delivered, {lost} lost ({drops} flits dropped); \
          one-way: local {local:.0} us, across machines {crossing:.0} us, emulated {:.0} us; \
          slower than emulated: {}",
@@ -404,6 +412,8 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         (swarm_up - image_built).as_secs_f64(),
         all_running.map_or(f64::NAN, |d| d.as_secs_f64()),
         attached.as_secs_f64(),
+        killed.as_secs_f64(),
+        exited.as_secs_f64(),
         run_time.as_secs_f64(),
         cut["emulated_propagation_us"].as_f64().unwrap_or(0.0),
         cut["slower_than_emulated"],
@@ -419,7 +429,9 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     );
 
     // Tear down and check that nothing is left.
+    let teardown_at = Instant::now();
     drop(nodes);
+    let teardown = teardown_at.elapsed();
     let netns = ok(Command::new("ip").args(["netns", "list"]));
     assert!(!netns.contains(&name), "{netns}");
     let veth = format!("ft{}-h", pid % 100_000);
@@ -432,5 +444,9 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let state_after = ok(docker(None).args(["info", "--format", "{{.Swarm.LocalNodeState}}"]));
     assert_eq!(state_after == "active", state == "active");
     assert!(ok(docker(None).args(["ps", "-aq", "--filter", &label])).is_empty());
-    eprintln!("whole test: {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "teardown {:.1}s, whole test {:.1}s",
+        teardown.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
 }
