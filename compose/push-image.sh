@@ -5,7 +5,11 @@
 #   unix:///run/other/docker.sock   a second engine on this machine
 #   ssh://user@node-2               over ssh (the docker CLI on node-2 is used)
 #   tcp://node-3:2376               a TLS-protected TCP endpoint (with DOCKER_TLS_VERIFY/DOCKER_CERT_PATH)
-# The image is saved once and streamed to each engine in turn.
+# The image is saved once and streamed to each engine in turn. A swarm
+# started from it should name the image by the ID this prints
+# (`flitctl compose --image sha256:…`, `docker stack deploy --resolve-image
+# never`): a swarm node tries to pull a tag from a registry before it starts
+# each task, and without registry access every attempt waits out a timeout.
 #
 # Usage: compose/push-image.sh IMAGE ENGINE...
 # Environment: DOCKER (default docker).
@@ -36,3 +40,4 @@ for engine in "$@"; do
     [ "$got" = "$id" ] || die "$engine holds $IMAGE as $got, not $id"
     printf 'push-image: %s loaded on %s in %s s\n' "$IMAGE" "$engine" "$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
 done
+echo "push-image: on a swarm, name it by ID: flitctl compose --image $id"

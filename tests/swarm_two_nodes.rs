@@ -15,8 +15,12 @@
 //! swarm already), the second engine, its namespace and veth pair, and the
 //! `docker_gwbridge` network if the swarm created it.
 //!
+//! The stack names the image by its ID, which a swarm node never pulls: it
+//! tries to pull a tag before it starts each task, and from the second
+//! engine's namespace no nameserver answers, so each attempt would wait out
+//! a 10 s DNS timeout and its 12 tasks would start over about 100 s.
+//!
 //! Needs root, Docker, `ip` and `nsenter`; fails under CI=true without them.
-//! Not in the default test run until it is reliable (`-- --ignored` runs it).
 
 use flitnet::{bin, topology, workspace_dir};
 use serde_json::Value;
@@ -100,14 +104,15 @@ impl Drop for TwoNodes {
             let _ = std::fs::remove_dir_all(dir);
         }
         let _ = run(docker(Some(&self.engine)).args(["swarm", "leave", "--force"]));
+        // Other tests share the host engine: a swarm or a network left
+        // behind would change what they run on.
         if self.created_swarm {
-            let _ = run(docker(None).args(["swarm", "leave", "--force"]));
+            retry(|| run(docker(None).args(["swarm", "leave", "--force"])));
         } else if let Some(id) = &self.worker_id {
-            // Wait until the manager sees the worker down, then forget it.
-            let _ = run(docker(None).args(["node", "rm", "--force", id]));
+            retry(|| run(docker(None).args(["node", "rm", "--force", id])));
         }
         if !self.had_gwbridge {
-            let _ = run(docker(None).args(["network", "rm", "docker_gwbridge"]));
+            retry(|| run(docker(None).args(["network", "rm", "docker_gwbridge"])));
         }
         let out = self.script("stop");
         if !out.status.success() {
@@ -116,6 +121,21 @@ impl Drop for TwoNodes {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+}
+
+/// Runs `attempt` until it succeeds, at most 10 times, 0.5 s apart; prints
+/// the last failure.
+fn retry(mut attempt: impl FnMut() -> Output) {
+    for left in (0..10).rev() {
+        let out = attempt();
+        if out.status.success() {
+            return;
+        }
+        if left == 0 {
+            eprintln!("teardown: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
 
@@ -130,8 +150,6 @@ fn u(v: &Value, path: &[&str]) -> u64 {
 }
 
 #[test]
-#[ignore = "not yet reliable: tasks on the second engine restart (exit 1) and the controller may \
-            attach after more than 120 s; run with `cargo test --test swarm_two_nodes -- --ignored`"]
 fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_node() {
     let root = works("id", &["-u"])
         && String::from_utf8_lossy(&run(Command::new("id").arg("-u")).stdout).trim() == "0";
@@ -154,6 +172,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         .env("PROFILE", "image-test")
         .current_dir(workspace_dir()));
     let image_built = started.elapsed();
+    let image_id = ok(docker(None).args(["image", "inspect", "-f", "{{.Id}}", IMAGE]));
 
     let state = ok(docker(None).args(["info", "--format", "{{.Swarm.LocalNodeState}}"]));
     let had_gwbridge = works("docker", &["network", "inspect", "docker_gwbridge"]);
@@ -236,7 +255,13 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let printed = ok(Command::new(bin("flitctl"))
         .args(["compose", topology("kary-4-2.yaml").to_str().unwrap(), "-o"])
         .arg(&bundle)
-        .args(["--subnet", "10.236.0.0/16", "--image", IMAGE, "--placement"])
+        .args([
+            "--subnet",
+            "10.236.0.0/16",
+            "--image",
+            &image_id,
+            "--placement",
+        ])
         .arg(&placement));
     assert!(printed.contains("cut links: 8 of 32 (25.0 %)"), "{printed}");
     // The controller: JSON report, 20 s of traffic, daemons stopped at the end.
@@ -280,7 +305,8 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     nodes.stack = Some((stack.clone(), dir.clone()));
     let deploy_at = Instant::now();
     ok(docker(None)
-        .args(["stack", "deploy", "-c", "docker-stack.yml", &stack])
+        .args(["stack", "deploy", "--resolve-image", "never"])
+        .args(["-c", "docker-stack.yml", &stack])
         .current_dir(&bundle));
 
     // Both engines run their share of the tasks.
@@ -325,9 +351,11 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let c1 = task_container(e2, &format!("{stack}_{victim1}"));
     ok(docker(None).args(["kill", &c0]));
     ok(docker(e2).args(["kill", &c1]));
+    let killed = deploy_at.elapsed();
 
     // The report.
     let status = ok(docker(None).args(["wait", &controller]));
+    let exited = deploy_at.elapsed();
     let logs = run(docker(None).args(["logs", &controller]));
     let stdout = String::from_utf8_lossy(&logs.stdout).to_string();
     let stderr = String::from_utf8_lossy(&logs.stderr).to_string();
@@ -376,7 +404,7 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
     let local = cut["local_one_way_us"].as_f64().unwrap_or(0.0);
     assert!(crossing > 0.0 && local > 0.0, "{cut}");
     eprintln!(
-        "image {:.0}s, swarm of two {:.1}s, deploy -> 25 tasks running {:.1}s -> attached {:.1}s, run {:.1}s; \
+        "image {:.0}s, swarm of two {:.1}s, deploy -> 25 tasks running {:.1}s -> attached {:.1}s -> spines killed {:.1}s -> controller exited {:.1}s, report read {:.1}s; \
          {delivered} of {sent} delivered, {lost} lost ({drops} flits dropped); \
          one-way: local {local:.0} us, across machines {crossing:.0} us, emulated {:.0} us; \
          slower than emulated: {}",
@@ -384,6 +412,8 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         (swarm_up - image_built).as_secs_f64(),
         all_running.map_or(f64::NAN, |d| d.as_secs_f64()),
         attached.as_secs_f64(),
+        killed.as_secs_f64(),
+        exited.as_secs_f64(),
         run_time.as_secs_f64(),
         cut["emulated_propagation_us"].as_f64().unwrap_or(0.0),
         cut["slower_than_emulated"],
@@ -392,14 +422,31 @@ fn a_fabric_partitioned_over_a_two_node_swarm_survives_a_switch_kill_on_each_nod
         "{}",
         serde_json::to_string_pretty(&report["faults"]).unwrap()
     );
+    let tail: Vec<&str> = stderr.lines().rev().take(12).collect();
+    eprintln!(
+        "controller, last lines:\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
 
     // Tear down and check that nothing is left.
+    let teardown_at = Instant::now();
     drop(nodes);
+    let teardown = teardown_at.elapsed();
     let netns = ok(Command::new("ip").args(["netns", "list"]));
     assert!(!netns.contains(&name), "{netns}");
+    let veth = format!("ft{}-h", pid % 100_000);
+    assert!(!works("ip", &["link", "show", &veth]), "{veth} is left");
+    assert!(
+        had_gwbridge || !works("docker", &["network", "inspect", "docker_gwbridge"]),
+        "docker_gwbridge is left"
+    );
     assert!(!Path::new(&state_dir).exists());
     let state_after = ok(docker(None).args(["info", "--format", "{{.Swarm.LocalNodeState}}"]));
     assert_eq!(state_after == "active", state == "active");
     assert!(ok(docker(None).args(["ps", "-aq", "--filter", &label])).is_empty());
-    eprintln!("whole test: {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "teardown {:.1}s, whole test {:.1}s",
+        teardown.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -294,6 +294,10 @@ pub struct ComposeFabric {
     /// [`ComposeOptions::dns_peers`]).
     #[serde(default)]
     pub dns_names: bool,
+    /// The machine the stack pins the controller to, when the daemons are
+    /// placed on several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_machine: Option<String>,
 }
 
 impl ComposeFabric {
@@ -489,6 +493,7 @@ pub fn generate(topo: &Topology, opts: &ComposeOptions) -> Result<ComposeBundle,
         params: opts.params.clone(),
         events_addr: Some(events_addr),
         dns_names: opts.dns_peers,
+        controller_machine: opts.placement.as_ref().map(|p| p.machines[0].clone()),
     };
     debug_assert!(fabric
         .daemons
@@ -791,7 +796,8 @@ fn render_compose(
     // The controller's run directory (its event log) goes to the temp dir:
     // a tmpfs, mode 1777, since the FROM-scratch image has no /tmp.
     controller.tmpfs = vec!["/tmp".into()];
-    // The controller runs on the first machine.
+    // The controller runs on the first machine (fabric.json's
+    // `controller_machine`).
     if let (Some(p), Target::Stack) = (&opts.placement, target) {
         controller.deploy.placement = Some(DeployPlacement {
             constraints: vec![p.constraint(&p.machines[0])],
@@ -1013,6 +1019,8 @@ pub struct ComposeArgs {
     #[arg(long, default_value = DEFAULT_SUBNET)]
     pub subnet: Ipv4Subnet,
     /// Image holding /switchd, /hostd and /flitctl (compose/build-image.sh).
+    /// On a swarm without a registry, give it by ID (`sha256:…`): a swarm
+    /// node tries to pull a tag before it starts each task.
     #[arg(long, default_value = "flitnet:latest")]
     pub image: String,
     #[command(flatten)]
@@ -1143,6 +1151,16 @@ pub fn run(args: ComposeArgs) -> anyhow::Result<()> {
         println!("label the swarm's nodes, one per machine, then deploy the stack file:");
         for c in p.label_commands() {
             println!("  {c}");
+        }
+        if !opts.image.starts_with("sha256:") {
+            // A swarm node tries to pull a tag before it starts each task;
+            // without registry access every attempt waits out a DNS or
+            // connect timeout, and the attempts queue. An image ID is
+            // never pulled.
+            println!(
+                "without a registry: load the image on every machine (compose/push-image.sh), \
+                 name it by ID (--image sha256:…) and deploy with --resolve-image never"
+            );
         }
     }
     let dir = args.output.display();

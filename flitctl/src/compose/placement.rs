@@ -184,7 +184,8 @@ pub struct CutLinks {
     pub count: usize,
     /// Share of all links, 0..=1.
     pub share: f64,
-    /// The machine the controller runs on (that of its closest daemons).
+    /// The machine the controller runs on: the one its placement names,
+    /// else that of its closest daemons.
     pub controller_machine: String,
     /// Per machine: median one-way delay from the controller to its
     /// daemons (half a control round trip), µs.
@@ -209,10 +210,14 @@ impl CutLinks {
     /// Lists the cut links of `topo` given each node's machine (node
     /// order), and judges the measured delays: `rtt_us[i]` is the median
     /// control round trip from the controller to daemon i (None: not
-    /// measured).
+    /// measured). `controller_machine` is where the controller is placed;
+    /// None: the machine of its closest daemons. Placed, it is never
+    /// guessed, since two machines that share a kernel (a second engine
+    /// on one host) are a few µs apart, less than the timing noise.
     pub fn judge(
         topo: &Topology,
         machine_of: &[String],
+        controller_machine: Option<&str>,
         rtt_us: &[Option<f64>],
         propagation_ns: u64,
         time_dilation: u32,
@@ -256,11 +261,18 @@ impl CutLinks {
                 median(rtts).map(|r| (m.clone(), r / 2.0))
             })
             .collect();
-        let (controller_machine, local) = machine_one_way_us
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .cloned()
-            .unwrap_or_default();
+        let (controller_machine, local) = match controller_machine {
+            Some(c) => machine_one_way_us
+                .iter()
+                .find(|(m, _)| m == c)
+                .cloned()
+                .unwrap_or((c.to_string(), 0.0)),
+            None => machine_one_way_us
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .cloned()
+                .unwrap_or_default(),
+        };
         let cut = machine_one_way_us
             .iter()
             .filter(|(m, _)| *m != controller_machine)
@@ -355,6 +367,7 @@ pub fn cut_links_of(
     Some(CutLinks::judge(
         &description.topology,
         &machine_of,
+        description.controller_machine.as_deref(),
         &rtt,
         description.params.propagation_ns,
         description.params.time_dilation,
@@ -453,6 +466,7 @@ mod tests {
             .is_some_and(|v| v.starts_with("./configs:")));
         // Plain Compose runs on one machine: no constraints there.
         assert!(!bundle.compose_yaml.contains("constraints"));
+        assert_eq!(bundle.fabric.controller_machine.as_deref(), Some("a"));
         // fabric.json round-trips the machines.
         let json = serde_json::to_string(&bundle.fabric).unwrap();
         let back: crate::compose::ComposeFabric = serde_json::from_str(&json).unwrap();
@@ -466,7 +480,7 @@ mod tests {
         // Daemons on `a` answer in 40 us, on `b` in 400 us: the controller
         // is on `a`, crossing takes 200 us one way.
         let rtt = [Some(40.0), Some(400.0), Some(40.0)];
-        let cut = CutLinks::judge(&topo, &machines, &rtt, 10_000, 1);
+        let cut = CutLinks::judge(&topo, &machines, None, &rtt, 10_000, 1);
         assert_eq!(cut.count, 1);
         assert_eq!(cut.controller_machine, "a");
         assert_eq!(cut.cut_one_way_us, 200.0);
@@ -474,8 +488,14 @@ mod tests {
         assert_eq!(cut.suggested_time_dilation, Some(20));
         assert!(cut.to_string().contains("try --time-dilation 20"));
         // The same fabric at ×25 covers it.
-        let cut = CutLinks::judge(&topo, &machines, &rtt, 10_000, 25);
+        let cut = CutLinks::judge(&topo, &machines, None, &rtt, 10_000, 25);
         assert!(!cut.slower_than_emulated);
         assert_eq!(cut.suggested_time_dilation, None);
+        // Placed on `b`, the controller is on `b` however the delays fall:
+        // crossing to `a` is then 20 us.
+        let cut = CutLinks::judge(&topo, &machines, Some("b"), &rtt, 10_000, 1);
+        assert_eq!(cut.controller_machine, "b");
+        assert_eq!(cut.local_one_way_us, 200.0);
+        assert_eq!(cut.cut_one_way_us, 20.0);
     }
 }
