@@ -43,6 +43,7 @@ pub fn start(path: &Path) -> Result<Daemon> {
     let config = load_config(path)?;
     // Before any time is read: the state machines see emulated time.
     crate::clock::set_dilation(config.fabric.time_dilation);
+    crate::clock::set_input_slack(config.fabric.bandwidth_flits_per_s);
     if let Some(addr) = config.metrics_addr {
         telemetry::init_metrics(addr)?;
     }
