@@ -217,7 +217,11 @@ fn a_sigkilled_switchd_is_detected_by_its_neighbours_keepalive_and_restarts() {
             .as_u64()
             .unwrap_or_else(|| panic!("{node}: no {key}"))
     };
-    assert_eq!(counter("s1-1", "ring_replaced"), 4, "one fresh file per link");
+    assert_eq!(
+        counter("s1-1", "ring_replaced"),
+        4,
+        "one fresh file per link"
+    );
     for s in ["s0-0", "s0-1", "s0-2", "s0-3"] {
         assert_eq!(counter(s, "ring_reattached"), 1, "{s} followed s1-1");
         assert_eq!(counter(s, "ring_corrupt"), 0, "{s}");

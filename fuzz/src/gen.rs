@@ -360,7 +360,11 @@ pub fn ring_image(rng: &mut impl Rng, end: u8, max_datagram: usize) -> (Vec<u8>,
         let rec = (8 + len as u64 + 7) & !7;
         let off = head % cap as u64;
         let contiguous = cap as u64 - off;
-        let need = if rec > contiguous { contiguous + rec } else { rec };
+        let need = if rec > contiguous {
+            contiguous + rec
+        } else {
+            rec
+        };
         if head + need - start > cap as u64 {
             break;
         }

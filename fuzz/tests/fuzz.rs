@@ -366,7 +366,19 @@ fn shm_ring_reader() {
     const MTU: usize = 1400;
     let mut m = Mutator::new(seed() ^ 6, vec![]);
     let words = gen::ring_image_words();
-    let interesting = [0u64, 1, 4, 7, 8, 4096, 4095, 8192, u32::MAX as u64, u64::MAX, 1 << 40];
+    let interesting = [
+        0u64,
+        1,
+        4,
+        7,
+        8,
+        4096,
+        4095,
+        8192,
+        u32::MAX as u64,
+        u64::MAX,
+        1 << 40,
+    ];
     let mut memory = Guarded::new(flitnet_runtime::shm::file_len(gen::RING_CAPACITY) + 64);
     let (mut exact, mut corrupt, mut delivered) = (0u64, 0u64, 0u64);
     let tally = Tally::run("shm ring reader", inputs() / 4, |_| {
@@ -391,8 +403,15 @@ fn shm_ring_reader() {
                     1 => {
                         // A record length word (8-aligned in the data area).
                         let at = m.rng.gen_range(0..image.len() / 8) * 8;
-                        let v = [0u32, 1, MTU as u32, MTU as u32 + 1, 4096, u32::MAX, u32::MAX - 1]
-                            [m.rng.gen_range(0..7)];
+                        let v = [
+                            0u32,
+                            1,
+                            MTU as u32,
+                            MTU as u32 + 1,
+                            4096,
+                            u32::MAX,
+                            u32::MAX - 1,
+                        ][m.rng.gen_range(0..7)];
                         image[at..at + 4].copy_from_slice(&v.to_le_bytes());
                     }
                     2 => {

@@ -339,7 +339,10 @@ fn replace_link_file(path: &Path) -> Result<()> {
     let fresh = LinkFile::open(&fresh_path)?;
     for end in [0, 1] {
         let down = old.ring(end).carrier_down().load(Ordering::Acquire);
-        fresh.ring(end).carrier_down().store(down, Ordering::Release);
+        fresh
+            .ring(end)
+            .carrier_down()
+            .store(down, Ordering::Release);
     }
     std::fs::rename(&fresh_path, path)
         .with_context(|| format!("renaming {} to {}", fresh_path.display(), path.display()))?;
