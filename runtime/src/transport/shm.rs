@@ -1084,7 +1084,7 @@ mod tests {
         let d = dir("refuse");
         let p = d.0.join("x");
         std::fs::write(&p, vec![0u8; 9000]).unwrap();
-        let e = LinkFile::open(&p).err().unwrap().to_string();
+        let e = format!("{:#}", LinkFile::open(&p).err().unwrap());
         assert!(e.contains("not a flitnet ring file"), "{e}");
         assert!(create_link_file(&d.0.join("y"), 5000).is_err());
     }
