@@ -196,8 +196,11 @@ impl LinkFile {
     /// `base..base + len` must stay valid for reads and writes, by atomics
     /// and copies, while the result lives.
     unsafe fn checked(base: *mut u8, len: usize, map: Option<MmapRaw>) -> Result<LinkFile> {
-        if len < FILE_HEADER || base as usize % 8 != 0 {
+        if len < FILE_HEADER {
             bail!("{len} bytes, too short for a ring file");
+        }
+        if base as usize % 8 != 0 {
+            bail!("a ring file image must be 8-aligned");
         }
         let f = LinkFile {
             base,
