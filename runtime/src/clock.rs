@@ -15,7 +15,7 @@
 //! core state machines only ever see emulated time; the event loop converts
 //! their deadlines back to wall time ([`to_wall_ns`]) to sleep.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// The process's dilation factor (1: emulated time is wall time).
@@ -36,16 +36,13 @@ pub fn dilation() -> u32 {
     DILATION.load(Ordering::Relaxed)
 }
 
-/// The process's input slack, wall ns (0: none); see [`set_input_slack`].
-static INPUT_SLACK_NS: AtomicU64 = AtomicU64::new(0);
-
 /// Share of a flit time by which a sleeping daemon may find input late
-/// ([`set_input_slack`]).
+/// ([`input_slack_ns`]).
 pub const INPUT_SLACK_FLIT_TIMES: f64 = 0.5;
 
-/// Sets the input slack of a process whose links carry `bandwidth` flits
-/// per emulated second: [`INPUT_SLACK_FLIT_TIMES`] of a flit time, in wall
-/// time (so the dilation factor must be set first). A shm producer does not
+/// The input slack of a process whose links carry `bandwidth` flits per
+/// emulated second: [`INPUT_SLACK_FLIT_TIMES`] of a flit time, in wall ns
+/// (so the dilation factor must be set first). A shm producer does not
 /// ring the doorbell of a neighbour that sleeps but wakes by itself within
 /// the slack: the neighbour finds the datagram then. A wake-up costs more
 /// CPU than the work it does (two context switches, a pipe write and a
@@ -55,16 +52,10 @@ pub const INPUT_SLACK_FLIT_TIMES: f64 = 0.5;
 /// before their flits are due (docs/wire.md, "Serialisation"), so finding
 /// one a little later rarely makes a flit late; the fidelity verdict counts
 /// it when it does. Unlimited links (None) have no flit time and no slack.
-pub fn set_input_slack(bandwidth: Option<u64>) {
-    let slack = bandwidth.filter(|&b| b > 0).map_or(0, |b| {
+pub fn input_slack_ns(bandwidth: Option<u64>) -> u64 {
+    bandwidth.filter(|&b| b > 0).map_or(0, |b| {
         (1e9 / b as f64 * INPUT_SLACK_FLIT_TIMES * dilation() as f64) as u64
-    });
-    INPUT_SLACK_NS.store(slack, Ordering::Relaxed);
-}
-
-/// The input slack, wall ns (0: none).
-pub fn input_slack_ns() -> u64 {
-    INPUT_SLACK_NS.load(Ordering::Relaxed)
+    })
 }
 
 /// Nanoseconds of CLOCK_MONOTONIC, undilated.

@@ -43,7 +43,6 @@ pub fn start(path: &Path) -> Result<Daemon> {
     let config = load_config(path)?;
     // Before any time is read: the state machines see emulated time.
     crate::clock::set_dilation(config.fabric.time_dilation);
-    crate::clock::set_input_slack(config.fabric.bandwidth_flits_per_s);
     if let Some(addr) = config.metrics_addr {
         telemetry::init_metrics(addr)?;
     }
@@ -71,15 +70,18 @@ pub fn start(path: &Path) -> Result<Daemon> {
                 .doorbell
                 .as_deref()
                 .context("the shm transport needs a doorbell")?;
-            Transport::Shm(
+            let mut t =
                 ShmTransport::open(&config.ports, bell, config.fabric.mtu).with_context(|| {
                     format!(
                         "{}: {}: attaching the shared-memory rings",
                         path.display(),
                         config.name
                     )
-                })?,
-            )
+                })?;
+            t.set_input_slack(crate::clock::input_slack_ns(
+                config.fabric.bandwidth_flits_per_s,
+            ));
+            Transport::Shm(t)
         }
     };
     let inbox = control::spawn(config.control_addr, config.token.clone())?;

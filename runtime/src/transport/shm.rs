@@ -573,6 +573,9 @@ pub struct ShmTransport {
     next_rx: usize,
     /// Whether the need-wakeup words are set (we are about to sleep).
     armed: bool,
+    /// A neighbour that wakes by itself within this many wall ns is not
+    /// rung ([`crate::clock::input_slack_ns`]).
+    input_slack_ns: u64,
     pub counters: TransportCounters,
 }
 
@@ -654,6 +657,7 @@ impl ShmTransport {
             scratch: vec![0; max_datagram.max(1)],
             next_rx: 0,
             armed: false,
+            input_slack_ns: 0,
             counters: TransportCounters {
                 ring_replaced: rings_replaced,
                 ..TransportCounters::default()
@@ -666,6 +670,12 @@ impl ShmTransport {
             }
         }
         Ok(t)
+    }
+
+    /// Sets the input slack, wall ns (0, the default: ring every sleeping
+    /// neighbour).
+    pub fn set_input_slack(&mut self, ns: u64) {
+        self.input_slack_ns = ns;
     }
 
     /// The doorbell: readable when a neighbour rang it.
@@ -757,7 +767,7 @@ impl ShmTransport {
         fence(Ordering::SeqCst);
         // A consumer that wakes by itself within the input slack finds the
         // datagrams then.
-        let soon = match crate::clock::input_slack_ns() {
+        let soon = match self.input_slack_ns {
             0 => 0,
             slack => crate::clock::wall_ns().saturating_add(slack),
         };
@@ -967,6 +977,25 @@ mod tests {
         assert_eq!(recv(&mut b).len(), 2);
         // Awake again: no bell.
         a.send_batch(&[3], &[b"three"]);
+        assert_eq!(a.counters.tx_syscalls, 1);
+    }
+
+    #[test]
+    fn a_neighbour_waking_within_the_input_slack_is_not_rung() {
+        let d = dir("slack");
+        let (mut a, mut b) = pair(&d.0, 4096);
+        a.set_input_slack(1_000_000_000);
+        // b sleeps until 0.5 s from now: within a's slack of 1 s.
+        let now = crate::clock::wall_ns();
+        assert!(!b.prepare_sleep(now + 500_000_000));
+        a.send_batch(&[3], &[b"later"]);
+        assert_eq!(a.counters.tx_syscalls, 0, "rung though b wakes soon");
+        // b finds the datagram when it wakes by itself.
+        b.woke(false);
+        assert_eq!(recv(&mut b), vec![(5, b"later".to_vec())]);
+        // Sleeping for 10 s, b is rung.
+        assert!(!b.prepare_sleep(now + 10_000_000_000));
+        a.send_batch(&[3], &[b"now"]);
         assert_eq!(a.counters.tx_syscalls, 1);
     }
 
