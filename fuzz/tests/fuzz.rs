@@ -397,9 +397,10 @@ fn shm_ring_reader() {
                         let at = words[m.rng.gen_range(0..words.len())];
                         let v = interesting[m.rng.gen_range(0..interesting.len())]
                             .wrapping_add(m.rng.gen_range(0..3) * 8);
-                        let n = if (8..64).contains(&at) { 4 } else { 8 }
-                            .min(image.len().saturating_sub(at));
-                        image[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+                        let n = if (8..64).contains(&at) { 4 } else { 8 };
+                        if at + n <= image.len() {
+                            image[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+                        }
                     }
                     1 => {
                         // A record length word (8-aligned in the data area).
