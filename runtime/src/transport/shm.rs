@@ -405,7 +405,7 @@ impl ShmPort {
         }
         if rec > contiguous {
             ring.len_word(off as usize).store(WRAP, Ordering::Relaxed);
-            self.head += contiguous;
+            self.head = self.head.wrapping_add(contiguous);
             off = 0;
         }
         let dst = ring.data(off as usize + RECORD_HEADER, data.len());
@@ -414,7 +414,7 @@ impl ShmPort {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         ring.len_word(off as usize)
             .store(data.len() as u32, Ordering::Relaxed);
-        self.head += rec;
+        self.head = self.head.wrapping_add(rec);
         ring.head().store(self.head, Ordering::Release);
         Push::Sent
     }
@@ -458,7 +458,9 @@ fn drain(
     }
     while !out.corrupt && *tail != head && out.delivered < max {
         let off = (*tail % cap) as usize;
-        let left = head - *tail;
+        // Indices count bytes modulo 2^64 (an untrusted one may be near
+        // the end): wrapping arithmetic throughout.
+        let left = head.wrapping_sub(*tail);
         let len = ring.len_word(off).load(Ordering::Relaxed);
         if len == WRAP {
             let skip = cap - off as u64;
@@ -466,7 +468,7 @@ fn drain(
                 out.corrupt = true;
                 break;
             }
-            *tail += skip;
+            *tail = tail.wrapping_add(skip);
             continue;
         }
         let len = len as usize;
@@ -478,7 +480,7 @@ fn drain(
         let src = ring.data(off + RECORD_HEADER, len);
         // SAFETY: `src` has `len` bytes in bounds; `scratch` is ours.
         unsafe { std::ptr::copy_nonoverlapping(src, scratch.as_mut_ptr(), len) };
-        *tail += rec;
+        *tail = tail.wrapping_add(rec);
         out.delivered += 1;
         deliver(&scratch[..len]);
     }
