@@ -208,6 +208,24 @@ fn a_sigkilled_switchd_is_detected_by_its_neighbours_keepalive_and_restarts() {
         "{restart:#}"
     );
     assert_losses_accounted(&report);
+    // Over shm the restarted switch re-attached to fresh rings, not to the
+    // ones its killed run left, and its four neighbours followed it there.
+    let reports = std::fs::read(scratch_dir("sigkill").join("reports.json")).unwrap();
+    let reports: Value = serde_json::from_slice(&reports).unwrap();
+    let counter = |node: &str, key: &str| {
+        reports[node]["event_loop"]["transport"][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{node}: no {key}"))
+    };
+    assert_eq!(
+        counter("s1-1", "ring_replaced"),
+        4,
+        "one fresh file per link"
+    );
+    for s in ["s0-0", "s0-1", "s0-2", "s0-3"] {
+        assert_eq!(counter(s, "ring_reattached"), 1, "{s} followed s1-1");
+        assert_eq!(counter(s, "ring_corrupt"), 0, "{s}");
+    }
     eprintln!(
         "SIGKILL s1-1: detected {detection:.1} ms by {by}, installed {:.1} ms; restart heard after {back:.1} ms, routes back after {:.1} ms; lost {}",
         f(&kill["routes_installed_ms"]),

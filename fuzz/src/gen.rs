@@ -329,3 +329,70 @@ pub const WIRE_TOKENS: &[&[u8]] = &[
     &[0xff, 0xff],
     &[0, 0],
 ];
+
+/// Ring capacity of the generated link-file images (the smallest allowed:
+/// small images, and wrap-arounds within a few records).
+pub const RING_CAPACITY: usize = 4096;
+
+/// A link-file image as `flitctl up` creates it and a producer at end
+/// `1 - end` fills it (docs/wire.md, "Shared-memory transport", written
+/// from the documented layout, not with the transport's code): the header,
+/// then, in the ring the daemon at `end` reads, records of random datagrams
+/// of at most `max_datagram` bytes starting at a random place, wrap markers
+/// included. Returns the image (a multiple of 8 bytes) and the datagrams in
+/// the order a reader gets them.
+pub fn ring_image(rng: &mut impl Rng, end: u8, max_datagram: usize) -> (Vec<u8>, Vec<Vec<u8>>) {
+    use flitnet_runtime::shm::{file_len, MAGIC, VERSION};
+    const LINE: usize = 64;
+    let cap = RING_CAPACITY;
+    let mut image = vec![0u8; file_len(cap)];
+    image[..8].copy_from_slice(&MAGIC.to_le_bytes());
+    image[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    image[12..16].copy_from_slice(&(cap as u32).to_le_bytes());
+    let ring = LINE + (1 - end as usize) * (3 * LINE + cap);
+    let data = ring + 3 * LINE;
+    // Indices are byte counts since the ring was made: start anywhere.
+    let start = rng.gen_range(0..1u64 << 40) & !7;
+    let mut head = start;
+    let mut datagrams = Vec::new();
+    for _ in 0..rng.gen_range(0..12) {
+        let len = rng.gen_range(0..=max_datagram.min(600));
+        let rec = (8 + len as u64 + 7) & !7;
+        let off = head % cap as u64;
+        let contiguous = cap as u64 - off;
+        let need = if rec > contiguous {
+            contiguous + rec
+        } else {
+            rec
+        };
+        if head + need - start > cap as u64 {
+            break;
+        }
+        if rec > contiguous {
+            let at = data + off as usize;
+            image[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            head += contiguous;
+        }
+        let at = data + (head % cap as u64) as usize;
+        let d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        image[at..at + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        image[at + 8..at + 8 + len].copy_from_slice(&d);
+        head += rec;
+        datagrams.push(d);
+    }
+    image[ring..ring + 8].copy_from_slice(&head.to_le_bytes());
+    image[ring + LINE..ring + LINE + 8].copy_from_slice(&start.to_le_bytes());
+    (image, datagrams)
+}
+
+/// Offsets of the words of a link-file image worth mutating: the header's,
+/// and both rings' `head`, `tail`, `need-wakeup` and `carrier-down`.
+pub fn ring_image_words() -> Vec<usize> {
+    const LINE: usize = 64;
+    let mut words = vec![0, 8, 12, 16, 20, 24];
+    for r in 0..2 {
+        let base = LINE + r * (3 * LINE + RING_CAPACITY);
+        words.extend([base, base + LINE, base + LINE + 8, base + 2 * LINE]);
+    }
+    words
+}

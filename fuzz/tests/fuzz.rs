@@ -300,3 +300,183 @@ fn scenario_parser() {
     );
     assert!(tally.accepted > 0, "{tally:?}");
 }
+
+/// Memory whose last byte is followed by an inaccessible page, so that a
+/// read past the end of what it lends faults instead of going unnoticed.
+struct Guarded {
+    base: *mut u8,
+    len: usize,
+    page: usize,
+}
+
+impl Guarded {
+    fn new(bytes: usize) -> Guarded {
+        // SAFETY: sysconf takes no pointer.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let len = bytes.div_ceil(page) * page + page;
+        // SAFETY: an anonymous private mapping; checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "mmap");
+        let base = base as *mut u8;
+        // SAFETY: the last page of our own mapping.
+        let rc = unsafe { libc::mprotect(base.add(len - page) as _, page, libc::PROT_NONE) };
+        assert_eq!(rc, 0, "mprotect");
+        Guarded { base, len, page }
+    }
+
+    /// `bytes` copied so that they end at the guard page.
+    fn lend(&mut self, bytes: &[u8]) -> &mut [u8] {
+        let end = self.len - self.page;
+        assert!(bytes.len() <= end);
+        // SAFETY: `end - bytes.len()..end` is inside the accessible part of
+        // the mapping, which `self` owns and lends for `&mut self`.
+        unsafe {
+            let at = self.base.add(end - bytes.len());
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
+            std::slice::from_raw_parts_mut(at, bytes.len())
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`.
+        unsafe { libc::munmap(self.base as _, self.len) };
+    }
+}
+
+/// The shared-memory ring reader fed link-file images: valid ones (their
+/// datagrams must come out exactly), mutated ones, random bytes, and
+/// images changed between two reads (a peer scribbling while the reader
+/// goes on). It must never panic, never read past the image (the page after
+/// it faults), never hand out more than the MTU or than asked, and never
+/// step past what the producer published.
+#[test]
+fn shm_ring_reader() {
+    use flitnet_runtime::shm::read_image;
+    const MTU: usize = 1400;
+    let mut m = Mutator::new(seed() ^ 6, vec![]);
+    let words = gen::ring_image_words();
+    let ring_words: Vec<usize> = words.iter().copied().filter(|&w| w >= 64).collect();
+    let interesting = [
+        0u64,
+        1,
+        4,
+        7,
+        8,
+        4096,
+        4095,
+        8192,
+        u32::MAX as u64,
+        u64::MAX,
+        1 << 40,
+    ];
+    let mut memory = Guarded::new(flitnet_runtime::shm::file_len(gen::RING_CAPACITY) + 64);
+    let (mut exact, mut corrupt, mut delivered) = (0u64, 0u64, 0u64);
+    // A sixteenth of the inputs: the reader (flitnet-runtime) is not
+    // optimised in test builds, and each input is an 8 KiB image.
+    let tally = Tally::run("shm ring reader", inputs() / 16, |_| {
+        let end = m.rng.gen_range(0..2u8);
+        let (mut image, datagrams) = gen::ring_image(&mut m.rng, end, MTU);
+        let mutated = m.rng.gen_ratio(3, 4);
+        if mutated {
+            for _ in 0..m.rng.gen_range(1..=4) {
+                if image.len() < 64 {
+                    break;
+                }
+                match m.rng.gen_range(0..5) {
+                    0 => {
+                        // An index or header word set to an edge value.
+                        let at = words[m.rng.gen_range(0..words.len())];
+                        let v = interesting[m.rng.gen_range(0..interesting.len())]
+                            .wrapping_add(m.rng.gen_range(0..3) * 8);
+                        let n = if (8..64).contains(&at) { 4 } else { 8 };
+                        if at + n <= image.len() {
+                            image[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+                        }
+                    }
+                    1 => {
+                        // A record length word (8-aligned in the data area).
+                        let at = m.rng.gen_range(0..image.len() / 8) * 8;
+                        let v = [
+                            0u32,
+                            1,
+                            MTU as u32,
+                            MTU as u32 + 1,
+                            4096,
+                            u32::MAX,
+                            u32::MAX - 1,
+                        ][m.rng.gen_range(0..7)];
+                        image[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                    }
+                    2 => {
+                        let i = m.rng.gen_range(0..image.len());
+                        image[i] ^= 1 << m.rng.gen_range(0..8);
+                    }
+                    3 => {
+                        // Random bytes over a stretch.
+                        let a = m.rng.gen_range(0..image.len());
+                        let b = (a + m.rng.gen_range(1..512)).min(image.len());
+                        m.rng.fill(&mut image[a..b]);
+                    }
+                    _ => {
+                        // A cut file (sometimes not a multiple of 8).
+                        let cut = m.rng.gen_range(0..image.len());
+                        image.truncate(cut);
+                    }
+                }
+            }
+        }
+        let image = memory.lend(&image);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let check = |got: &mut Vec<Vec<u8>>, d: &[u8]| {
+            assert!(d.len() <= MTU, "a datagram of {} bytes", d.len());
+            got.push(d.to_vec());
+        };
+        let max = m.rng.gen_range(1..64);
+        let Ok(first) = read_image(image, end, None, MTU, max, |d| check(&mut got, d)) else {
+            assert!(mutated, "a valid image refused");
+            return false;
+        };
+        assert!(first.delivered <= max);
+        if !mutated {
+            let want = datagrams.len().min(max);
+            assert_eq!(got, datagrams[..want], "a valid image read wrong");
+            assert!(!first.corrupt);
+            exact += 1;
+        }
+        // An index scribbled between two reads (the header is read once, at
+        // attach); the reader goes on from its index.
+        let at = ring_words[m.rng.gen_range(0..ring_words.len())];
+        if at + 8 <= image.len() && m.rng.gen_bool(0.5) {
+            let v = interesting[m.rng.gen_range(0..interesting.len())];
+            image[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let before = first.tail;
+        let second = read_image(image, end, Some(before), MTU, 64, |d| check(&mut got, d))
+            .expect("the header was accepted once");
+        if !second.corrupt {
+            assert!(
+                second.tail.wrapping_sub(before) <= gen::RING_CAPACITY as u64,
+                "the reader stepped {} bytes in a {}-byte ring",
+                second.tail.wrapping_sub(before),
+                gen::RING_CAPACITY
+            );
+        }
+        corrupt += u64::from(first.corrupt || second.corrupt);
+        delivered += got.len() as u64;
+        true
+    });
+    assert!(exact > tally.inputs / 8, "{exact} valid images read");
+    assert!(corrupt > tally.inputs / 20, "only {corrupt} images refused");
+    assert!(delivered > tally.inputs, "only {delivered} datagrams read");
+}

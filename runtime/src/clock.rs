@@ -36,6 +36,28 @@ pub fn dilation() -> u32 {
     DILATION.load(Ordering::Relaxed)
 }
 
+/// Share of a flit time by which a sleeping daemon may find input late
+/// ([`input_slack_ns`]).
+pub const INPUT_SLACK_FLIT_TIMES: f64 = 0.5;
+
+/// The input slack of a process whose links carry `bandwidth` flits per
+/// emulated second: [`INPUT_SLACK_FLIT_TIMES`] of a flit time, in wall ns
+/// (so the dilation factor must be set first). A shm producer does not
+/// ring the doorbell of a neighbour that sleeps but wakes by itself within
+/// the slack: the neighbour finds the datagram then. A wake-up costs more
+/// CPU than the work it does (two context switches, a pipe write and a
+/// ppoll, against a few microseconds of state machine), and under dilation
+/// a flit time is hundreds of wall microseconds in which a busy daemon
+/// usually has a timer of its own. Datagrams arrive up to a pacing quantum
+/// before their flits are due (docs/wire.md, "Serialisation"), so finding
+/// one a little later rarely makes a flit late; the fidelity verdict counts
+/// it when it does. Unlimited links (None) have no flit time and no slack.
+pub fn input_slack_ns(bandwidth: Option<u64>) -> u64 {
+    bandwidth.filter(|&b| b > 0).map_or(0, |b| {
+        (1e9 / b as f64 * INPUT_SLACK_FLIT_TIMES * dilation() as f64) as u64
+    })
+}
+
 /// Nanoseconds of CLOCK_MONOTONIC, undilated.
 pub fn wall_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -70,15 +70,18 @@ pub fn start(path: &Path) -> Result<Daemon> {
                 .doorbell
                 .as_deref()
                 .context("the shm transport needs a doorbell")?;
-            Transport::Shm(
+            let mut t =
                 ShmTransport::open(&config.ports, bell, config.fabric.mtu).with_context(|| {
                     format!(
                         "{}: {}: attaching the shared-memory rings",
                         path.display(),
                         config.name
                     )
-                })?,
-            )
+                })?;
+            t.set_input_slack(crate::clock::input_slack_ns(
+                config.fabric.bandwidth_flits_per_s,
+            ));
+            Transport::Shm(t)
         }
     };
     let inbox = control::spawn(config.control_addr, config.token.clone())?;

@@ -305,9 +305,10 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
             wait_ns = 0;
         }
         // Shared-memory rings: the neighbours ring the doorbell only once
-        // asked to, just before the sleep; input that came meanwhile
-        // cancels it.
-        if wait_ns > 0 && transport.prepare_sleep() {
+        // asked to, just before the sleep, and only if the loop would not
+        // wake by itself within the input slack (clock::input_slack_ns);
+        // input that came meanwhile cancels the sleep.
+        if wait_ns > 0 && transport.prepare_sleep(deadline) {
             wait_ns = 0;
         }
         let mut fds = [

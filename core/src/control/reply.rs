@@ -79,6 +79,14 @@ pub struct TransportCounters {
     /// Shm: rings found with an index or record out of bounds, refused.
     #[serde(default)]
     pub ring_corrupt: u64,
+    /// Shm: link files this daemon put fresh ones in place of when it
+    /// started, because its end had been attached before (a restart).
+    #[serde(default)]
+    pub ring_replaced: u64,
+    /// Shm: link files this daemon moved to because the peer restarted
+    /// and replaced them.
+    #[serde(default)]
+    pub ring_reattached: u64,
 }
 
 /// The event loop's own figures, added by the runtime to every report.

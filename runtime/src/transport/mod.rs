@@ -64,11 +64,12 @@ impl Transport {
         matches!(self, Transport::Shm(_))
     }
 
-    /// Before the loop sleeps: true when input arrived meanwhile (shm: the
-    /// neighbours are asked to ring the doorbell from now on).
-    pub fn prepare_sleep(&mut self) -> bool {
+    /// Before the loop sleeps until the wall instant `until`: true when
+    /// input arrived meanwhile (shm: the neighbours are asked to ring the
+    /// doorbell from now on, unless the loop wakes soon anyway).
+    pub fn prepare_sleep(&mut self, until: u64) -> bool {
         match self {
-            Transport::Shm(t) => t.prepare_sleep(),
+            Transport::Shm(t) => t.prepare_sleep(until),
             _ => false,
         }
     }
