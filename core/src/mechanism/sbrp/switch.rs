@@ -4,13 +4,12 @@
 //! the packet downstream with a non-final tail (NFT); and it keeps the R-3
 //! "shadow" of packets whose tail left but may still die on the link.
 
-use super::{rrq_flit, RecoveryProtocol, NAME};
-use crate::flit::{flags, route_flags, Flit, FlitKind};
+use super::{rrq_flit, RecoveryProtocol, NAME, RECEIVER_RRQ_MSG_FLITS};
+use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
 use crate::switch::hook::SwitchHook;
 use crate::switch::input::Tracked;
 use crate::switch::{DropReason, Switch};
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -39,6 +38,11 @@ pub struct SbrpSwitchCounters {
     /// started afresh from its local input instead of parking them.
     #[serde(default)]
     pub rrq_restarted: u64,
+    /// RRQs passing through that were among a dead port's unfreed flits
+    /// (on the link or in the peer's buffer when it died): made again here
+    /// and routed anew, since nothing else would ask for their packets.
+    #[serde(default)]
+    pub rrq_reissued: u64,
 }
 
 /// RRQs a switch queues at most (a burst of cuts after a node death).
@@ -58,15 +62,27 @@ struct SbrpHook {
     /// RRQs waiting for the local input VC (input index `radix * vcs`,
     /// which has no link).
     rrq_pending: VecDeque<Flit>,
-    /// RRQs whose route leads to a dead port: kept until a new table (or
-    /// the port coming back) may route them, then re-injected through the
-    /// local input. Dropping them would lose the recovery they ask for.
-    rrq_parked: VecDeque<Flit>,
+    /// RRQs whose route leads to a dead port, with when they were parked:
+    /// kept until a new table (or the port coming back) may route them, or
+    /// at the latest `park_retry_ns`, then re-injected through the local
+    /// input. Dropping them would lose the recovery they ask for. The
+    /// deadline covers what no table change will release: a packet that
+    /// met no route here because switches upstream still routed by their
+    /// old tables when this one got its new table (found by `flitctl sim
+    /// swarm`: its request waited for a table change that never came).
+    rrq_parked: VecDeque<(u64, Flit)>,
+    /// How long an RRQ stays parked at most: the link's `dead_after`, by
+    /// which any fault behind the dead route has been detected and
+    /// reported to the controller; a request released too early only
+    /// costs a resend cut again, and parked again.
+    park_retry_ns: u64,
     /// Per output VC (`port * vcs + vc`), the packets whose tail already
     /// left on it, with the VC's flit count at their tail: the R-3
     /// "shadow" of node C. A packet whose tail is among the flits the peer
     /// has not freed yet may still die on the link (case d: C no longer
     /// tracks it, and if its head died too nobody else will report it).
+    /// RRQs passing through are shadowed too: one lost on the link is the
+    /// only request for its packet, so it is made again.
     shadows: Vec<VecDeque<(u64, Tracked)>>,
     counters: SbrpSwitchCounters,
 }
@@ -112,10 +128,43 @@ impl SbrpHook {
         let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
         if park {
             self.counters.rrq_parked += 1;
-            self.rrq_parked.push_back(rrq);
+            self.rrq_parked.push_back((sw.now, rrq));
         } else {
             self.rrq_pending.push_back(rrq);
         }
+    }
+}
+
+impl SbrpHook {
+    /// Makes again an RRQ that passed through and may have died with the
+    /// port it left on; it enters through the local input and is routed
+    /// anew (parked if its route is dead too). A copy that did arrive only
+    /// makes the sender see a stale request (same SSNF as the resend's
+    /// predecessor) and ignore it.
+    fn reissue_rrq(&mut self, sw: &Switch, t: Tracked) {
+        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
+            self.counters.rrq_overflow += 1;
+            return;
+        }
+        let mut rrq = rrq_flit(
+            t.src,
+            t.dst,
+            t.msg,
+            t.packet,
+            t.submsg,
+            t.first_seq,
+            0,
+            sw.now,
+        );
+        if let Some(h) = rrq.head.as_mut() {
+            h.msg_flits = if t.msg_flits == RECEIVER_RRQ_MSG_FLITS {
+                RECEIVER_RRQ_MSG_FLITS
+            } else {
+                1
+            };
+        }
+        self.counters.rrq_reissued += 1;
+        self.rrq_pending.push_back(rrq);
     }
 }
 
@@ -168,7 +217,7 @@ impl SwitchHook for SbrpHook {
                 // nothing local rerouting can route around): keep it for
                 // new tables or a port back up.
                 self.counters.rrq_parked += 1;
-                self.rrq_parked.push_back(f);
+                self.rrq_parked.push_back((sw.now, f));
             }
             return None;
         }
@@ -191,38 +240,27 @@ impl SwitchHook for SbrpHook {
     }
 
     fn on_input_dead(&mut self, sw: &mut Switch, i: usize) -> bool {
-        let vcs = sw.cfg.vcs as usize;
         if !self.protocol.is_on() || sw.inputs[i].synthetic_tail {
             return false;
         }
         // Node A: close the packet downstream with a non-final tail, after
         // what was buffered.
-        let Some(t) = sw.inputs[i].track else {
+        if !sw.close_with_non_final_tail(i) {
             return false;
-        };
-        sw.inputs[i].buf.push_back(Flit {
-            kind: FlitKind::Tail,
-            vc: (i % vcs) as u8,
-            flags: flags::NON_FINAL_TAIL,
-            msg: t.msg,
-            packet: t.packet,
-            seq: t.first_seq + t.forwarded,
-            head: None,
-            payload: Bytes::new(),
-        });
-        sw.inputs[i].synthetic_tail = true;
+        }
         self.counters.nft_generated += 1;
         true
     }
 
     fn on_tail_sent(&mut self, sw: &mut Switch, out: usize, out_vc: u8, t: Tracked, sent: u64) {
-        if !self.protocol.is_on() || t.is_rrq {
+        if !self.protocol.is_on() {
             return;
         }
-        let depth = sw.cfg.buffer_depth as u64;
+        let window = Self::max_ca(sw) as u64;
         let q = &mut self.shadows[out * sw.cfg.vcs as usize + out_vc as usize];
-        // Only the last `depth` flits of a VC can be unfreed.
-        while q.front().is_some_and(|(n, _)| n + depth <= sent) {
+        // Only the last `max_ca` flits of a VC can be lost with the port
+        // (see `on_port_failed`).
+        while q.front().is_some_and(|(n, _)| n + window <= sent) {
             q.pop_front();
         }
         q.push_back((sent, t));
@@ -233,15 +271,28 @@ impl SwitchHook for SbrpHook {
             return;
         }
         // R-3 (§8 item 3): packets whose tail left on this port but is not
-        // yet freed by the peer may be lost with it.
+        // yet freed by the peer may be lost with it; and, when the peer
+        // itself died, so may the flits it freed but still held toward its
+        // next hop (its output queue, bounded by that hop's credits: one
+        // buffer depth, the second half of `max_ca`). This end cannot tell
+        // a dead link from a dead peer, so it reports both; a packet that
+        // did arrive is resent for nothing and discarded by its receiver
+        // (found by `flitctl sim swarm`: packets in a killed switch's
+        // output queue were lost with nobody to report them).
         let vcs = sw.cfg.vcs as usize;
         let depth = sw.cfg.buffer_depth;
         for vc in 0..vcs {
             let sent = sw.counters.ports[p].vcs[vc].tx_flits;
             let outstanding = depth.saturating_sub(sw.ports[p].link.credits(vc as u8)) as u64;
+            let at_risk = outstanding + depth as u64;
             let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
             for (tail_no, t) in shadows {
-                if tail_no + outstanding > sent {
+                if tail_no + at_risk <= sent {
+                    continue;
+                }
+                if t.is_rrq {
+                    self.reissue_rrq(sw, t);
+                } else {
                     self.counters.cut_packets += 1;
                     self.counters.shadow_reports += 1;
                     self.report_cut(sw, t);
@@ -263,7 +314,25 @@ impl SwitchHook for SbrpHook {
 
     fn on_routes_changed(&mut self, _sw: &mut Switch) {
         // Parked RRQs get another chance (new tables, or a port back up).
-        self.rrq_pending.extend(self.rrq_parked.drain(..));
+        self.rrq_pending
+            .extend(self.rrq_parked.drain(..).map(|(_, f)| f));
+    }
+
+    fn begin_pass(&mut self, now: u64) {
+        // Parked in time order: the due ones are at the front.
+        while let Some(&(at, _)) = self.rrq_parked.front() {
+            if at.saturating_add(self.park_retry_ns) > now {
+                break;
+            }
+            let (_, f) = self.rrq_parked.pop_front().expect("checked");
+            self.rrq_pending.push_back(f);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.rrq_parked
+            .front()
+            .map(|&(at, _)| at.saturating_add(self.park_retry_ns))
     }
 
     fn inject(&mut self, _sw: &mut Switch) -> Option<Flit> {
@@ -284,6 +353,7 @@ const NO_COUNTERS: SbrpSwitchCounters = SbrpSwitchCounters {
     shadow_reports: 0,
     rrq_parked: 0,
     rrq_restarted: 0,
+    rrq_reissued: 0,
 };
 
 impl Switch {
@@ -306,6 +376,7 @@ impl Switch {
             protocol,
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
+            park_retry_ns: self.cfg.link.dead_after_ns,
             shadows,
             counters: SbrpSwitchCounters::default(),
         };
@@ -328,6 +399,35 @@ impl Switch {
     pub(crate) fn parked_rrqs(&self) -> impl Iterator<Item = &Flit> {
         self.hook::<SbrpHook>()
             .into_iter()
-            .flat_map(|h| h.rrq_parked.iter())
+            .flat_map(|h| h.rrq_parked.iter().map(|(_, f)| f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mechanism::sbrp::is_rrq;
+    use crate::switch::tests::{chain, packet};
+    use crate::switch::Switching;
+
+    /// A packet that meets no route at a switch whose table will not
+    /// change again (its new table arrived before the upstream switches
+    /// stopped sending that way): the recover request parked for it is
+    /// sent once `dead_after` has passed, instead of waiting for ever.
+    #[test]
+    fn a_request_parked_for_want_of_a_route_goes_out_without_a_table_change() {
+        let mut net = chain(1, 1, Switching::Wormhole);
+        net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
+        net.hosts[0].to_send.extend(packet(0, 7, 1, 4, 0)); // host 7: no route
+        let dead_after = net.switches[0].config().link.dead_after_ns;
+        net.run_for(dead_after / 2);
+        assert_eq!(net.switches[0].counters().drops.no_route, 4);
+        assert_eq!(net.switches[0].parked_rrqs().count(), 1);
+        assert!(!net.hosts[0].received.iter().any(is_rrq));
+        net.run_for(dead_after);
+        assert_eq!(net.switches[0].parked_rrqs().count(), 0);
+        let rrqs: Vec<_> = net.hosts[0].received.iter().filter(|f| is_rrq(f)).collect();
+        assert_eq!(rrqs.len(), 1, "one recover request reaches the source");
+        assert_eq!((rrqs[0].msg, rrqs[0].seq), (1, 0));
     }
 }
