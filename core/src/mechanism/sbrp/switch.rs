@@ -10,8 +10,9 @@ use crate::mechanism::hook_any;
 use crate::switch::hook::SwitchHook;
 use crate::switch::input::Tracked;
 use crate::switch::{DropReason, Switch};
+use crate::topology::HostId;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// What this switch did for SBRP.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,10 @@ pub struct SbrpSwitchCounters {
     pub rrq_reissued: u64,
 }
 
+/// Times a parked RRQ is released by its deadline, per packet, between two
+/// table changes: one resend suffices when the tables are already right.
+const PARK_RETRIES: u8 = 2;
+
 /// RRQs a switch queues at most (a burst of cuts after a node death).
 const MAX_PENDING_RRQS: usize = 4096;
 
@@ -62,20 +67,29 @@ struct SbrpHook {
     /// RRQs waiting for the local input VC (input index `radix * vcs`,
     /// which has no link).
     rrq_pending: VecDeque<Flit>,
-    /// RRQs whose route leads to a dead port, with when they were parked:
-    /// kept until a new table (or the port coming back) may route them, or
-    /// at the latest `park_retry_ns`, then re-injected through the local
-    /// input. Dropping them would lose the recovery they ask for. The
-    /// deadline covers what no table change will release: a packet that
-    /// met no route here because switches upstream still routed by their
-    /// old tables when this one got its new table (found by `flitctl sim
-    /// swarm`: its request waited for a table change that never came).
+    /// RRQs whose route leads to a dead port, with when they are due again
+    /// (`u64::MAX`: only when the tables change): kept until a new table
+    /// (or the port coming back) may route them, or at the latest
+    /// `park_retry_ns` after they were parked, then re-injected through
+    /// the local input. Dropping them would lose the recovery they ask
+    /// for. The deadline covers what no table change will release: a
+    /// packet that met no route here because switches upstream still
+    /// routed by their old tables when this one got its new table (found
+    /// by `flitctl sim swarm`: its request waited for a table change that
+    /// never came).
     rrq_parked: VecDeque<(u64, Flit)>,
+    /// The earliest deadline among `rrq_parked`.
+    park_due: Option<u64>,
     /// How long an RRQ stays parked at most: the link's `dead_after`, by
     /// which any fault behind the dead route has been detected and
     /// reported to the controller; a request released too early only
     /// costs a resend cut again, and parked again.
     park_retry_ns: u64,
+    /// Per packet asked for ((sender, msg, packet)), how often its RRQ was
+    /// released by the deadline since the tables last changed: at most
+    /// [`PARK_RETRIES`] times, so that a packet whose destination no
+    /// route reaches any more (cut off) is not resent for ever.
+    park_retries: BTreeMap<(HostId, u64, u32), u8>,
     /// Per output VC (`port * vcs + vc`), the packets whose tail already
     /// left on it, with the VC's flit count at their tail: the R-3
     /// "shadow" of node C. A packet whose tail is among the flits the peer
@@ -127,8 +141,7 @@ impl SbrpHook {
         self.counters.rrq_sent += 1;
         let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
         if park {
-            self.counters.rrq_parked += 1;
-            self.rrq_parked.push_back((sw.now, rrq));
+            self.park(sw.now, rrq);
         } else {
             self.rrq_pending.push_back(rrq);
         }
@@ -136,6 +149,29 @@ impl SbrpHook {
 }
 
 impl SbrpHook {
+    /// The packet an RRQ asks for, as its sender knows it.
+    fn asked_for(rrq: &Flit) -> (HostId, u64, u32) {
+        (rrq.head.as_ref().map_or(0, |h| h.dst), rrq.msg, rrq.packet)
+    }
+
+    /// Parks an RRQ whose route is dead.
+    fn park(&mut self, now: u64, rrq: Flit) {
+        self.counters.rrq_parked += 1;
+        let retries = self
+            .park_retries
+            .get(&Self::asked_for(&rrq))
+            .copied()
+            .unwrap_or(0);
+        let due = if retries < PARK_RETRIES {
+            let due = now.saturating_add(self.park_retry_ns);
+            self.park_due = Some(self.park_due.map_or(due, |t| t.min(due)));
+            due
+        } else {
+            u64::MAX
+        };
+        self.rrq_parked.push_back((due, rrq));
+    }
+
     /// Makes again an RRQ that passed through and may have died with the
     /// port it left on; it enters through the local input and is routed
     /// anew (parked if its route is dead too). A copy that did arrive only
@@ -216,8 +252,7 @@ impl SwitchHook for SbrpHook {
                 // An RRQ toward a dead port (tables not yet updated, or
                 // nothing local rerouting can route around): keep it for
                 // new tables or a port back up.
-                self.counters.rrq_parked += 1;
-                self.rrq_parked.push_back((sw.now, f));
+                self.park(sw.now, f);
             }
             return None;
         }
@@ -272,19 +307,21 @@ impl SwitchHook for SbrpHook {
         }
         // R-3 (§8 item 3): packets whose tail left on this port but is not
         // yet freed by the peer may be lost with it; and, when the peer
-        // itself died, so may the flits it freed but still held toward its
+        // itself may have died (it fell silent: this end did not set the
+        // port down), so may the flits it freed but still held toward its
         // next hop (its output queue, bounded by that hop's credits: one
-        // buffer depth, the second half of `max_ca`). This end cannot tell
-        // a dead link from a dead peer, so it reports both; a packet that
-        // did arrive is resent for nothing and discarded by its receiver
-        // (found by `flitctl sim swarm`: packets in a killed switch's
-        // output queue were lost with nobody to report them).
+        // buffer depth, the second half of `max_ca`). A silent peer may be
+        // a dead link or a dead switch, so both are reported; a packet
+        // that did arrive is resent for nothing and discarded by its
+        // receiver (found by `flitctl sim swarm`: packets in a killed
+        // switch's output queue were lost with nobody to report them).
         let vcs = sw.cfg.vcs as usize;
         let depth = sw.cfg.buffer_depth;
+        let peer_silent = sw.ports[p].link.is_admin_up();
         for vc in 0..vcs {
             let sent = sw.counters.ports[p].vcs[vc].tx_flits;
             let outstanding = depth.saturating_sub(sw.ports[p].link.credits(vc as u8)) as u64;
-            let at_risk = outstanding + depth as u64;
+            let at_risk = outstanding + if peer_silent { depth as u64 } else { 0 };
             let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
             for (tail_no, t) in shadows {
                 if tail_no + at_risk <= sent {
@@ -316,23 +353,31 @@ impl SwitchHook for SbrpHook {
         // Parked RRQs get another chance (new tables, or a port back up).
         self.rrq_pending
             .extend(self.rrq_parked.drain(..).map(|(_, f)| f));
+        self.park_due = None;
+        self.park_retries.clear();
     }
 
     fn begin_pass(&mut self, now: u64) {
-        // Parked in time order: the due ones are at the front.
-        while let Some(&(at, _)) = self.rrq_parked.front() {
-            if at.saturating_add(self.park_retry_ns) > now {
-                break;
-            }
-            let (_, f) = self.rrq_parked.pop_front().expect("checked");
-            self.rrq_pending.push_back(f);
+        if self.park_due.is_none_or(|t| t > now) {
+            return;
         }
+        let mut due = None;
+        for (at, f) in std::mem::take(&mut self.rrq_parked) {
+            if at <= now {
+                *self.park_retries.entry(Self::asked_for(&f)).or_default() += 1;
+                self.rrq_pending.push_back(f);
+            } else {
+                if at != u64::MAX {
+                    due = Some(due.map_or(at, |t: u64| t.min(at)));
+                }
+                self.rrq_parked.push_back((at, f));
+            }
+        }
+        self.park_due = due;
     }
 
     fn poll_timeout(&self) -> Option<u64> {
-        self.rrq_parked
-            .front()
-            .map(|&(at, _)| at.saturating_add(self.park_retry_ns))
+        self.park_due
     }
 
     fn inject(&mut self, _sw: &mut Switch) -> Option<Flit> {
@@ -376,7 +421,9 @@ impl Switch {
             protocol,
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
+            park_due: None,
             park_retry_ns: self.cfg.link.dead_after_ns,
+            park_retries: BTreeMap::new(),
             shadows,
             counters: SbrpSwitchCounters::default(),
         };
