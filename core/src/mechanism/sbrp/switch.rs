@@ -80,10 +80,11 @@ struct SbrpHook {
     rrq_parked: VecDeque<(u64, Flit)>,
     /// The earliest deadline among `rrq_parked`.
     park_due: Option<u64>,
-    /// How long an RRQ stays parked at most: the link's `dead_after`, by
-    /// which any fault behind the dead route has been detected and
-    /// reported to the controller; a request released too early only
-    /// costs a resend cut again, and parked again.
+    /// How long an RRQ stays parked at most: one keepalive interval, short
+    /// beside the senders' hold window (a request released after its
+    /// message was released recovers nothing). A request released before
+    /// the tables change only costs a resend cut again and parked again,
+    /// and [`PARK_RETRIES`] bounds those.
     park_retry_ns: u64,
     /// Per packet asked for ((sender, msg, packet)), how often its RRQ was
     /// released by the deadline since the tables last changed: at most
@@ -422,7 +423,7 @@ impl Switch {
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
             park_due: None,
-            park_retry_ns: self.cfg.link.dead_after_ns,
+            park_retry_ns: self.cfg.link.keepalive_interval_ns,
             park_retries: BTreeMap::new(),
             shadows,
             counters: SbrpSwitchCounters::default(),
@@ -460,18 +461,19 @@ mod tests {
     /// A packet that meets no route at a switch whose table will not
     /// change again (its new table arrived before the upstream switches
     /// stopped sending that way): the recover request parked for it is
-    /// sent once `dead_after` has passed, instead of waiting for ever.
+    /// sent once a keepalive interval has passed, instead of waiting for
+    /// ever.
     #[test]
     fn a_request_parked_for_want_of_a_route_goes_out_without_a_table_change() {
         let mut net = chain(1, 1, Switching::Wormhole);
         net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
         net.hosts[0].to_send.extend(packet(0, 7, 1, 4, 0)); // host 7: no route
-        let dead_after = net.switches[0].config().link.dead_after_ns;
-        net.run_for(dead_after / 2);
+        let retry = net.switches[0].config().link.keepalive_interval_ns;
+        net.run_for(retry / 2);
         assert_eq!(net.switches[0].counters().drops.no_route, 4);
         assert_eq!(net.switches[0].parked_rrqs().count(), 1);
         assert!(!net.hosts[0].received.iter().any(is_rrq));
-        net.run_for(dead_after);
+        net.run_for(retry);
         assert_eq!(net.switches[0].parked_rrqs().count(), 0);
         let rrqs: Vec<_> = net.hosts[0].received.iter().filter(|f| is_rrq(f)).collect();
         assert_eq!(rrqs.len(), 1, "one recover request reaches the source");
