@@ -113,14 +113,14 @@ impl SbrpHook {
     /// Queues a recover request for a packet this switch could not carry
     /// past a dead output (as node C, `FRH_C`).
     fn report_cut(&mut self, sw: &Switch, t: Tracked) {
-        self.queue_rrq(sw, t, false);
+        self.queue_rrq(sw, t, false, false);
     }
 
     /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
     /// it to the receiver) and queues it, or parks it until new tables when
     /// `park` (the packet's route is a dead port: a resend sent before the
     /// tables change would take the same dead route and be cut again).
-    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool) {
+    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool, timed: bool) {
         if t.is_rrq {
             return;
         }
@@ -142,7 +142,7 @@ impl SbrpHook {
         self.counters.rrq_sent += 1;
         let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
         if park {
-            self.park(sw.now, rrq);
+            self.park(sw.now, rrq, timed);
         } else {
             self.rrq_pending.push_back(rrq);
         }
@@ -155,15 +155,18 @@ impl SbrpHook {
         (rrq.head.as_ref().map_or(0, |h| h.dst), rrq.msg, rrq.packet)
     }
 
-    /// Parks an RRQ whose route is dead.
-    fn park(&mut self, now: u64, rrq: Flit) {
+    /// Parks an RRQ whose route is dead; `timed` (a `no-route` drop) gives
+    /// it a deadline, else only a table change or a port back releases it
+    /// (a dead port is followed by one of those, or by nothing that a
+    /// resend could pass: local rerouting's dead ends).
+    fn park(&mut self, now: u64, rrq: Flit, timed: bool) {
         self.counters.rrq_parked += 1;
         let retries = self
             .park_retries
             .get(&Self::asked_for(&rrq))
             .copied()
             .unwrap_or(0);
-        let due = if retries < PARK_RETRIES {
+        let due = if timed && retries < PARK_RETRIES {
             let due = now.saturating_add(self.park_retry_ns);
             self.park_due = Some(self.park_due.map_or(due, |t| t.min(due)));
             due
@@ -253,7 +256,7 @@ impl SwitchHook for SbrpHook {
                 // An RRQ toward a dead port (tables not yet updated, or
                 // nothing local rerouting can route around): keep it for
                 // new tables or a port back up.
-                self.park(sw.now, f);
+                self.park(sw.now, f, reason == DropReason::NoRoute);
             }
             return None;
         }
@@ -270,7 +273,7 @@ impl SwitchHook for SbrpHook {
             || (reason == DropReason::PortDown
                 && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS)));
         if let Some(t) = track {
-            self.queue_rrq(sw, t, park);
+            self.queue_rrq(sw, t, park, reason == DropReason::NoRoute);
         }
         Some(f)
     }
