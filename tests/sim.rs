@@ -317,3 +317,29 @@ fn a_bounded_swarm_breaks_no_promise() {
     assert_eq!(again.stdout, again2.stdout);
     assert!(String::from_utf8_lossy(&again.stdout).contains("swarm-20.yaml"));
 }
+
+/// Swarm failures that were bugs, each replayed from its seed: they must
+/// keep every invariant. A recover request parked for a packet that met
+/// no route, at a switch whose table never changed again (2-ary 2-tree,
+/// SBRP-2, one link kill); packets in an administratively killed
+/// switch's output queue, reported by nobody (2-ary 3-tree, SBRP-0); two
+/// faults within one detection interval (a PGFT, SBRP-1); a worm cut at
+/// its input that held its path for good, stalling the fabric (4-ary
+/// 3-tree, adaptive DLR without SBRP).
+#[test]
+fn the_swarm_failures_fixed_stay_fixed() {
+    for seed in [
+        "3117196510632546329",
+        "388459714883786069",
+        "18118157433500687807",
+        "7148116766426889072",
+    ] {
+        let out = flitctl(&["sim", "--replay", seed]).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("every invariant held"),
+            "seed {seed}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -125,7 +125,13 @@ pub struct Accounting {
     /// Upper bound of the flits a SIGKILLed switch held when it died:
     /// input buffers and output queues of every port (they die with it).
     pub killed_switch_capacity_flits: u64,
-    /// Sum of the above: every lost message lost at least one of them.
+    /// Flits live switches still held at the end (input buffers and link
+    /// queues): a message stuck behind them is not lost to a cause but
+    /// waits in a stalled fabric, which the stall report names.
+    #[serde(default)]
+    pub held_in_switches_flits: u64,
+    /// Sum of the above: every lost message lost (or still waits behind)
+    /// at least one of them.
     pub accounted_flits: u64,
     /// Lost messages beyond what the counted causes can explain.
     pub unaccounted_messages: u64,
@@ -569,12 +575,26 @@ pub(crate) fn accounting(
         .chain(retired.iter())
         .collect();
     add_switch_losses(&mut acc, &reports);
+    acc.held_in_switches_flits = collected
+        .switches
+        .iter()
+        .map(|(_, r)| {
+            let buffered: u64 = r
+                .counters
+                .ports
+                .iter()
+                .flat_map(|p| p.vcs.iter().map(|vc| vc.occupancy as u64))
+                .sum();
+            buffered + r.links.iter().map(|l| l.queued_flits).sum::<u64>()
+        })
+        .sum();
     acc.dropped_flits.retain(|_, v| *v > 0);
     acc.dropped_packets.retain(|_, v| *v > 0);
     acc.accounted_flits = acc.dropped_flits.values().sum::<u64>()
         + acc.link_lost_flits
         + acc.dropped_at_disabled_ports
-        + acc.killed_switch_capacity_flits;
+        + acc.killed_switch_capacity_flits
+        + acc.held_in_switches_flits;
     acc.unaccounted_messages = acc.messages_lost.saturating_sub(acc.accounted_flits);
     acc
 }
@@ -1156,14 +1176,15 @@ impl fmt::Display for ChaosReport {
             .collect();
         writeln!(
             f,
-            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; link errors {}; at disabled ports {}; killed switches held at most {}",
+            "  losses      {} messages lost; flits dropped by cause: {}; lost on links {}; CRC errors {}; link errors {}; at disabled ports {}; killed switches held at most {}; still in switches {}",
             acc.messages_lost,
             if causes.is_empty() { "none".into() } else { causes.join(", ") },
             acc.link_lost_flits,
             acc.crc_errors,
             acc.link_errors,
             acc.dropped_at_disabled_ports,
-            acc.killed_switch_capacity_flits
+            acc.killed_switch_capacity_flits,
+            acc.held_in_switches_flits
         )?;
         if let Some(a) = &self.after_last_action {
             writeln!(

@@ -249,6 +249,7 @@ impl SwitchReport {
         sub(&mut s.rrq_overflow, b.rrq_overflow);
         sub(&mut s.shadow_reports, b.shadow_reports);
         sub(&mut s.rrq_parked, b.rrq_parked);
+        sub(&mut s.rrq_reissued, b.rrq_reissued);
         self
     }
 }

@@ -90,7 +90,7 @@ impl SwitchHook for HoqHook {
     }
     hook_any!();
 
-    fn begin_pass(&mut self) {
+    fn begin_pass(&mut self, _now: u64) {
         self.next = None;
     }
 

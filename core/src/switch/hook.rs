@@ -121,8 +121,9 @@ pub trait SwitchHook: Any + Send {
         false
     }
 
-    /// An allocation pass starts (every waiting head is examined again).
-    fn begin_pass(&mut self) {}
+    /// An allocation pass starts at `now` (every waiting head is examined
+    /// again).
+    fn begin_pass(&mut self, _now: u64) {}
 
     /// When the hook next needs the switch to run, if ever.
     fn poll_timeout(&self) -> Option<u64> {

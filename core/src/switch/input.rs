@@ -41,6 +41,9 @@ pub struct Tracked {
     pub forwarded: u32,
     /// The packet is itself an RRQ (never recovered, spec 003 §8 item 18).
     pub is_rrq: bool,
+    /// The head's message length (for an RRQ it tells who made it:
+    /// [`crate::mechanism::sbrp::RECEIVER_RRQ_MSG_FLITS`]).
+    pub msg_flits: u32,
 }
 
 /// One input VC.

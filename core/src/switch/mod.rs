@@ -28,7 +28,7 @@ pub use counters::{
     DropCounters, DropReason, Ft2eiCounters, PortCounters, SwitchCounters, VcCounters,
 };
 
-use crate::flit::{flags, route_flags, Flit, Head};
+use crate::flit::{flags, route_flags, Flit, FlitKind, Head};
 use crate::link::{ConfigError, Link, LinkConfig, LinkErrorCause, LinkEvent};
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::PortNo;
@@ -1036,6 +1036,7 @@ impl Switch {
                         first_seq: f.seq,
                         forwarded: 0,
                         is_rrq: f.flags & flags::RECOVER_REQUEST != 0,
+                        msg_flits: h.msg_flits,
                     });
                     let decision = match self.first_hook(|h, sw| h.route(sw, i)) {
                         Some(d) => d,
@@ -1150,8 +1151,9 @@ impl Switch {
         let mut scan_all = true;
         // The first round examines every input VC, so every head still
         // waiting is seen again (`SwitchHook::on_wait`).
+        let now = self.now;
         for h in self.hooks.iter_mut() {
-            h.hook.begin_pass();
+            h.hook.begin_pass(now);
         }
         self.xbar_wake_at = None;
         loop {
@@ -1243,15 +1245,25 @@ impl Switch {
         let vcs = self.cfg.vcs as usize;
         if self.inputs[i].is_empty() {
             // An input whose port died mid-packet will never see the
-            // tail: a hook may close the packet, else the output VC it
-            // holds is freed.
+            // tail: a hook may close the packet (SBRP's NFT), else the
+            // switch closes it itself with a non-final tail, so that the
+            // worm's downstream path is freed hop by hop (its receiver
+            // counts the packet incomplete). Freeing only the output VC
+            // here would leave every VC after it held by a worm with no
+            // tail, for good once re-routing sends nothing that way again
+            // (found by `flitctl sim swarm`: a link kill under controller
+            // re-routing stalled the fabric). Failing that (nothing
+            // forwarded yet), the output VC it holds is freed.
             if let InState::Active { out, out_vc, .. } = self.inputs[i].state {
                 let input_dead = self.ports.get(i / vcs).is_some_and(|p| p.failed);
                 if input_dead {
-                    if self
+                    let by_hook = self
                         .first_hook(|h, sw| h.on_input_dead(sw, i).then_some(()))
-                        .is_some()
-                    {
+                        .is_some();
+                    if by_hook || self.close_with_non_final_tail(i) {
+                        if !by_hook {
+                            self.counters.truncated_packets += 1;
+                        }
                         self.examine(i, requested);
                         return;
                     }
@@ -1286,6 +1298,32 @@ impl Switch {
                 self.note_stalled(out, out_vc);
             }
         }
+    }
+
+    /// Appends a non-final tail to the packet input VC `i` forwards (its
+    /// input died, so its own tail will never come); returns whether it
+    /// did (not when the packet already has one, or is not tracked).
+    pub(crate) fn close_with_non_final_tail(&mut self, i: usize) -> bool {
+        let vcs = self.cfg.vcs as usize;
+        let input = &mut self.inputs[i];
+        if input.synthetic_tail || !input.buf.is_empty() {
+            return false;
+        }
+        let Some(t) = input.track else {
+            return false;
+        };
+        input.buf.push_back(Flit {
+            kind: FlitKind::Tail,
+            vc: (i % vcs) as u8,
+            flags: flags::NON_FINAL_TAIL,
+            msg: t.msg,
+            packet: t.packet,
+            seq: t.first_seq + t.forwarded,
+            head: None,
+            payload: Bytes::new(),
+        });
+        input.synthetic_tail = true;
+        true
     }
 
     /// Starts the credit-stall clock of output `out`, VC `vc` (its

@@ -885,3 +885,28 @@ pub(crate) fn with_head(mut p: Vec<Flit>, f: impl Fn(&mut Head)) -> Vec<Flit> {
     f(p[0].head.as_mut().unwrap());
     p
 }
+
+/// A worm whose input port dies mid-packet is closed with a non-final tail
+/// that frees its path hop by hop, with or without a recovery protocol:
+/// otherwise every switch after the first keeps the VC held for a tail
+/// that never comes.
+#[test]
+pub(crate) fn a_worm_cut_at_its_input_is_closed_all_the_way_down() {
+    let mut net = chain(2, 1, Switching::Wormhole);
+    let flits = packet(0, 1, 1, 4, 0);
+    net.hosts[0].to_send.extend(flits[..2].iter().cloned());
+    net.run_for(1_000_000);
+    assert_eq!(net.hosts[1].received.len(), 2);
+    net.switches[0].set_port_admin(0, false).unwrap();
+    net.run_for(1_000_000);
+    let got = &net.hosts[1].received;
+    assert_eq!(got.len(), 3);
+    assert!(got[2].kind.is_tail() && got[2].flags & flags::NON_FINAL_TAIL != 0);
+    assert_eq!(got[2].seq, 2, "the tail says where the packet was cut");
+    assert_eq!(net.switches[0].counters().truncated_packets, 1);
+    for (s, sw) in net.switches.iter().enumerate() {
+        for (i, vc) in sw.inputs.iter().enumerate() {
+            assert_eq!(vc.state, InState::Idle, "switch {s} input VC {i}");
+        }
+    }
+}

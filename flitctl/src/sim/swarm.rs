@@ -521,20 +521,68 @@ pub struct Verdict {
     /// Set when the violations are a documented limitation of the
     /// mechanism (outside its promise), with where it is documented.
     pub explained: Option<String>,
+    /// Which kind of run broke (a failing run's [`failure_class`]).
+    pub class: Option<&'static str>,
     pub summary: String,
 }
 
-/// A switch SIGKILLed and restarted before its neighbours' keepalive
-/// timeout: the neighbours never see it go and keep sending to the dead
-/// incarnation; SBRP has no cut to recover from, and without SBRP a worm
-/// the restart cut can hold its path (docs/sbrp.md, "Still open").
+/// The kind of a failing run, by what its schedule and mechanism hold
+/// (docs/simulation.md lists what the swarm found per class):
+/// `admin-switch-kill` (SBRP, an administrative switch kill),
+/// `faults-within-detection` (SBRP, two faults less than `dead_after`
+/// apart), `sbrp` (any other SBRP failure), `progress` (no SBRP, hosts
+/// could not send everything), `accounting` (no SBRP, a loss no counter
+/// names, or a duplicate).
+fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str {
+    let mut faults: Vec<_> = case
+        .timeline
+        .iter()
+        .filter(|(_, k, _, _)| !k.is_repair())
+        .collect();
+    faults.sort_by_key(|(at, _, _, _)| *at);
+    if sbrp {
+        if faults
+            .iter()
+            .any(|(_, k, _, _)| *k == ActionKind::KillSwitch)
+        {
+            return "admin-switch-kill";
+        }
+        let dead = case.file.fabric.dead_after.0;
+        let close = faults
+            .windows(2)
+            .any(|w| w[1].0.saturating_sub(w[0].0) < dead);
+        return if close {
+            "faults-within-detection"
+        } else {
+            "sbrp"
+        };
+    }
+    if violations.iter().any(|v| v.starts_with("accounted")) {
+        "accounting"
+    } else {
+        "progress"
+    }
+}
+
+/// A switch SIGKILLed and restarted, or administratively killed and
+/// restored, before its neighbours' keepalive timeout: the neighbours
+/// never see it go. After a SIGKILL they keep sending to the dead
+/// incarnation; after an administrative kill (its own ports set down,
+/// the neighbours not told) what they sent meanwhile was discarded at its
+/// disabled ports. Either way no switch sees a cut, so SBRP has nothing to
+/// recover from, and without SBRP a worm the restart cut can hold its path
+/// (docs/sbrp.md, "Still open").
 fn restart_before_detection(case: &Case) -> bool {
     let dead = case.file.fabric.dead_after.0;
     case.timeline.iter().any(|(at, kind, target, _)| {
-        *kind == ActionKind::SigkillSwitch
-            && case.timeline.iter().any(|(back, k, t, _)| {
-                *k == ActionKind::RestartSwitch && t == target && *back > *at && *back - *at < dead
-            })
+        let back_kind = match kind {
+            ActionKind::SigkillSwitch => ActionKind::RestartSwitch,
+            ActionKind::KillSwitch => ActionKind::RestoreSwitch,
+            _ => return false,
+        };
+        case.timeline.iter().any(|(back, k, t, _)| {
+            *k == back_kind && t == target && *back > *at && *back - *at < dead
+        })
     })
 }
 
@@ -606,14 +654,16 @@ pub fn check(case: &Case) -> Result<(Verdict, crate::chaos::ChaosReport)> {
         report.reroutes,
         report.packets_resent
     );
+    let class = (!violations.is_empty()).then(|| failure_class(case, sbrp, &violations));
     let explained = (!violations.is_empty() && restart_before_detection(case)).then(|| {
-        "a switch restarted faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string()
+        "a switch restarted or restored faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string()
     });
     Ok((
         Verdict {
             seed: case.seed,
             violations,
             explained,
+            class,
             summary,
         },
         report,
@@ -708,7 +758,13 @@ fn describe_failure(
             let _ = writeln!(s, "EXPLAINED seed {}: {} — {why}", v.seed, v.summary);
         }
         None => {
-            let _ = writeln!(s, "FAILED seed {}: {}", v.seed, v.summary);
+            let _ = writeln!(
+                s,
+                "FAILED seed {} ({}): {}",
+                v.seed,
+                v.class.unwrap_or("-"),
+                v.summary
+            );
         }
     }
     for x in &v.violations {
@@ -818,6 +874,14 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         );
     } else {
         print!("{text}");
+        let mut by_class = std::collections::BTreeMap::<&str, usize>::new();
+        for v in &failures {
+            *by_class.entry(v.class.unwrap_or("-")).or_default() += 1;
+        }
+        if !by_class.is_empty() {
+            let classes: Vec<String> = by_class.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            println!("failed by class: {}", classes.join(", "));
+        }
         println!(
             "swarm seed {}: {} runs in {:.1} s, {} failed, {} broke an invariant in a documented way (outside the promise), {} could not run",
             args.seed,

@@ -4,15 +4,15 @@
 //! the packet downstream with a non-final tail (NFT); and it keeps the R-3
 //! "shadow" of packets whose tail left but may still die on the link.
 
-use super::{rrq_flit, RecoveryProtocol, NAME};
-use crate::flit::{flags, route_flags, Flit, FlitKind};
+use super::{rrq_flit, RecoveryProtocol, NAME, RECEIVER_RRQ_MSG_FLITS};
+use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
 use crate::switch::hook::SwitchHook;
 use crate::switch::input::Tracked;
 use crate::switch::{DropReason, Switch};
-use bytes::Bytes;
+use crate::topology::HostId;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// What this switch did for SBRP.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +39,16 @@ pub struct SbrpSwitchCounters {
     /// started afresh from its local input instead of parking them.
     #[serde(default)]
     pub rrq_restarted: u64,
+    /// RRQs passing through that were among a dead port's unfreed flits
+    /// (on the link or in the peer's buffer when it died): made again here
+    /// and routed anew, since nothing else would ask for their packets.
+    #[serde(default)]
+    pub rrq_reissued: u64,
 }
+
+/// Times a parked RRQ is released by its deadline, per packet, between two
+/// table changes: one resend suffices when the tables are already right.
+const PARK_RETRIES: u8 = 2;
 
 /// RRQs a switch queues at most (a burst of cuts after a node death).
 const MAX_PENDING_RRQS: usize = 4096;
@@ -58,15 +67,37 @@ struct SbrpHook {
     /// RRQs waiting for the local input VC (input index `radix * vcs`,
     /// which has no link).
     rrq_pending: VecDeque<Flit>,
-    /// RRQs whose route leads to a dead port: kept until a new table (or
-    /// the port coming back) may route them, then re-injected through the
-    /// local input. Dropping them would lose the recovery they ask for.
-    rrq_parked: VecDeque<Flit>,
+    /// RRQs whose route leads to a dead port, with when they are due again
+    /// (`u64::MAX`: only when the tables change): kept until a new table
+    /// (or the port coming back) may route them, or at the latest
+    /// `park_retry_ns` after they were parked, then re-injected through
+    /// the local input. Dropping them would lose the recovery they ask
+    /// for. The deadline covers what no table change will release: a
+    /// packet that met no route here because switches upstream still
+    /// routed by their old tables when this one got its new table (found
+    /// by `flitctl sim swarm`: its request waited for a table change that
+    /// never came).
+    rrq_parked: VecDeque<(u64, Flit)>,
+    /// The earliest deadline among `rrq_parked`.
+    park_due: Option<u64>,
+    /// How long an RRQ stays parked at most: one keepalive interval, short
+    /// beside the senders' hold window (a request released after its
+    /// message was released recovers nothing). A request released before
+    /// the tables change only costs a resend cut again and parked again,
+    /// and [`PARK_RETRIES`] bounds those.
+    park_retry_ns: u64,
+    /// Per packet asked for ((sender, msg, packet)), how often its RRQ was
+    /// released by the deadline since the tables last changed: at most
+    /// [`PARK_RETRIES`] times, so that a packet whose destination no
+    /// route reaches any more (cut off) is not resent for ever.
+    park_retries: BTreeMap<(HostId, u64, u32), u8>,
     /// Per output VC (`port * vcs + vc`), the packets whose tail already
     /// left on it, with the VC's flit count at their tail: the R-3
     /// "shadow" of node C. A packet whose tail is among the flits the peer
     /// has not freed yet may still die on the link (case d: C no longer
     /// tracks it, and if its head died too nobody else will report it).
+    /// RRQs passing through are shadowed too: one lost on the link is the
+    /// only request for its packet, so it is made again.
     shadows: Vec<VecDeque<(u64, Tracked)>>,
     counters: SbrpSwitchCounters,
 }
@@ -82,14 +113,14 @@ impl SbrpHook {
     /// Queues a recover request for a packet this switch could not carry
     /// past a dead output (as node C, `FRH_C`).
     fn report_cut(&mut self, sw: &Switch, t: Tracked) {
-        self.queue_rrq(sw, t, false);
+        self.queue_rrq(sw, t, false, false);
     }
 
     /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
     /// it to the receiver) and queues it, or parks it until new tables when
     /// `park` (the packet's route is a dead port: a resend sent before the
     /// tables change would take the same dead route and be cut again).
-    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool) {
+    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool, timed: bool) {
         if t.is_rrq {
             return;
         }
@@ -111,11 +142,69 @@ impl SbrpHook {
         self.counters.rrq_sent += 1;
         let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
         if park {
-            self.counters.rrq_parked += 1;
-            self.rrq_parked.push_back(rrq);
+            self.park(sw.now, rrq, timed);
         } else {
             self.rrq_pending.push_back(rrq);
         }
+    }
+}
+
+impl SbrpHook {
+    /// The packet an RRQ asks for, as its sender knows it.
+    fn asked_for(rrq: &Flit) -> (HostId, u64, u32) {
+        (rrq.head.as_ref().map_or(0, |h| h.dst), rrq.msg, rrq.packet)
+    }
+
+    /// Parks an RRQ whose route is dead; `timed` (a `no-route` drop) gives
+    /// it a deadline, else only a table change or a port back releases it
+    /// (a dead port is followed by one of those, or by nothing that a
+    /// resend could pass: local rerouting's dead ends).
+    fn park(&mut self, now: u64, rrq: Flit, timed: bool) {
+        self.counters.rrq_parked += 1;
+        let retries = self
+            .park_retries
+            .get(&Self::asked_for(&rrq))
+            .copied()
+            .unwrap_or(0);
+        let due = if timed && retries < PARK_RETRIES {
+            let due = now.saturating_add(self.park_retry_ns);
+            self.park_due = Some(self.park_due.map_or(due, |t| t.min(due)));
+            due
+        } else {
+            u64::MAX
+        };
+        self.rrq_parked.push_back((due, rrq));
+    }
+
+    /// Makes again an RRQ that passed through and may have died with the
+    /// port it left on; it enters through the local input and is routed
+    /// anew (parked if its route is dead too). A copy that did arrive only
+    /// makes the sender see a stale request (same SSNF as the resend's
+    /// predecessor) and ignore it.
+    fn reissue_rrq(&mut self, sw: &Switch, t: Tracked) {
+        if self.rrq_pending.len() + self.rrq_parked.len() >= MAX_PENDING_RRQS {
+            self.counters.rrq_overflow += 1;
+            return;
+        }
+        let mut rrq = rrq_flit(
+            t.src,
+            t.dst,
+            t.msg,
+            t.packet,
+            t.submsg,
+            t.first_seq,
+            0,
+            sw.now,
+        );
+        if let Some(h) = rrq.head.as_mut() {
+            h.msg_flits = if t.msg_flits == RECEIVER_RRQ_MSG_FLITS {
+                RECEIVER_RRQ_MSG_FLITS
+            } else {
+                1
+            };
+        }
+        self.counters.rrq_reissued += 1;
+        self.rrq_pending.push_back(rrq);
     }
 }
 
@@ -167,8 +256,7 @@ impl SwitchHook for SbrpHook {
                 // An RRQ toward a dead port (tables not yet updated, or
                 // nothing local rerouting can route around): keep it for
                 // new tables or a port back up.
-                self.counters.rrq_parked += 1;
-                self.rrq_parked.push_back(f);
+                self.park(sw.now, f, reason == DropReason::NoRoute);
             }
             return None;
         }
@@ -185,44 +273,33 @@ impl SwitchHook for SbrpHook {
             || (reason == DropReason::PortDown
                 && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS)));
         if let Some(t) = track {
-            self.queue_rrq(sw, t, park);
+            self.queue_rrq(sw, t, park, reason == DropReason::NoRoute);
         }
         Some(f)
     }
 
     fn on_input_dead(&mut self, sw: &mut Switch, i: usize) -> bool {
-        let vcs = sw.cfg.vcs as usize;
         if !self.protocol.is_on() || sw.inputs[i].synthetic_tail {
             return false;
         }
         // Node A: close the packet downstream with a non-final tail, after
         // what was buffered.
-        let Some(t) = sw.inputs[i].track else {
+        if !sw.close_with_non_final_tail(i) {
             return false;
-        };
-        sw.inputs[i].buf.push_back(Flit {
-            kind: FlitKind::Tail,
-            vc: (i % vcs) as u8,
-            flags: flags::NON_FINAL_TAIL,
-            msg: t.msg,
-            packet: t.packet,
-            seq: t.first_seq + t.forwarded,
-            head: None,
-            payload: Bytes::new(),
-        });
-        sw.inputs[i].synthetic_tail = true;
+        }
         self.counters.nft_generated += 1;
         true
     }
 
     fn on_tail_sent(&mut self, sw: &mut Switch, out: usize, out_vc: u8, t: Tracked, sent: u64) {
-        if !self.protocol.is_on() || t.is_rrq {
+        if !self.protocol.is_on() {
             return;
         }
-        let depth = sw.cfg.buffer_depth as u64;
+        let window = Self::max_ca(sw) as u64;
         let q = &mut self.shadows[out * sw.cfg.vcs as usize + out_vc as usize];
-        // Only the last `depth` flits of a VC can be unfreed.
-        while q.front().is_some_and(|(n, _)| n + depth <= sent) {
+        // Only the last `max_ca` flits of a VC can be lost with the port
+        // (see `on_port_failed`).
+        while q.front().is_some_and(|(n, _)| n + window <= sent) {
             q.pop_front();
         }
         q.push_back((sent, t));
@@ -233,15 +310,30 @@ impl SwitchHook for SbrpHook {
             return;
         }
         // R-3 (§8 item 3): packets whose tail left on this port but is not
-        // yet freed by the peer may be lost with it.
+        // yet freed by the peer may be lost with it; and, when the peer
+        // itself may have died (it fell silent: this end did not set the
+        // port down), so may the flits it freed but still held toward its
+        // next hop (its output queue, bounded by that hop's credits: one
+        // buffer depth, the second half of `max_ca`). A silent peer may be
+        // a dead link or a dead switch, so both are reported; a packet
+        // that did arrive is resent for nothing and discarded by its
+        // receiver (found by `flitctl sim swarm`: packets in a killed
+        // switch's output queue were lost with nobody to report them).
         let vcs = sw.cfg.vcs as usize;
         let depth = sw.cfg.buffer_depth;
+        let peer_silent = sw.ports[p].link.is_admin_up();
         for vc in 0..vcs {
             let sent = sw.counters.ports[p].vcs[vc].tx_flits;
             let outstanding = depth.saturating_sub(sw.ports[p].link.credits(vc as u8)) as u64;
+            let at_risk = outstanding + if peer_silent { depth as u64 } else { 0 };
             let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
             for (tail_no, t) in shadows {
-                if tail_no + outstanding > sent {
+                if tail_no + at_risk <= sent {
+                    continue;
+                }
+                if t.is_rrq {
+                    self.reissue_rrq(sw, t);
+                } else {
                     self.counters.cut_packets += 1;
                     self.counters.shadow_reports += 1;
                     self.report_cut(sw, t);
@@ -263,7 +355,33 @@ impl SwitchHook for SbrpHook {
 
     fn on_routes_changed(&mut self, _sw: &mut Switch) {
         // Parked RRQs get another chance (new tables, or a port back up).
-        self.rrq_pending.extend(self.rrq_parked.drain(..));
+        self.rrq_pending
+            .extend(self.rrq_parked.drain(..).map(|(_, f)| f));
+        self.park_due = None;
+        self.park_retries.clear();
+    }
+
+    fn begin_pass(&mut self, now: u64) {
+        if self.park_due.is_none_or(|t| t > now) {
+            return;
+        }
+        let mut due = None;
+        for (at, f) in std::mem::take(&mut self.rrq_parked) {
+            if at <= now {
+                *self.park_retries.entry(Self::asked_for(&f)).or_default() += 1;
+                self.rrq_pending.push_back(f);
+            } else {
+                if at != u64::MAX {
+                    due = Some(due.map_or(at, |t: u64| t.min(at)));
+                }
+                self.rrq_parked.push_back((at, f));
+            }
+        }
+        self.park_due = due;
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.park_due
     }
 
     fn inject(&mut self, _sw: &mut Switch) -> Option<Flit> {
@@ -284,6 +402,7 @@ const NO_COUNTERS: SbrpSwitchCounters = SbrpSwitchCounters {
     shadow_reports: 0,
     rrq_parked: 0,
     rrq_restarted: 0,
+    rrq_reissued: 0,
 };
 
 impl Switch {
@@ -306,6 +425,9 @@ impl Switch {
             protocol,
             rrq_pending: VecDeque::new(),
             rrq_parked: VecDeque::new(),
+            park_due: None,
+            park_retry_ns: self.cfg.link.keepalive_interval_ns,
+            park_retries: BTreeMap::new(),
             shadows,
             counters: SbrpSwitchCounters::default(),
         };
@@ -328,6 +450,36 @@ impl Switch {
     pub(crate) fn parked_rrqs(&self) -> impl Iterator<Item = &Flit> {
         self.hook::<SbrpHook>()
             .into_iter()
-            .flat_map(|h| h.rrq_parked.iter())
+            .flat_map(|h| h.rrq_parked.iter().map(|(_, f)| f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mechanism::sbrp::is_rrq;
+    use crate::switch::tests::{chain, packet};
+    use crate::switch::Switching;
+
+    /// A packet that meets no route at a switch whose table will not
+    /// change again (its new table arrived before the upstream switches
+    /// stopped sending that way): the recover request parked for it is
+    /// sent once a keepalive interval has passed, instead of waiting for
+    /// ever.
+    #[test]
+    fn a_request_parked_for_want_of_a_route_goes_out_without_a_table_change() {
+        let mut net = chain(1, 1, Switching::Wormhole);
+        net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
+        net.hosts[0].to_send.extend(packet(0, 7, 1, 4, 0)); // host 7: no route
+        let retry = net.switches[0].config().link.keepalive_interval_ns;
+        net.run_for(retry / 2);
+        assert_eq!(net.switches[0].counters().drops.no_route, 4);
+        assert_eq!(net.switches[0].parked_rrqs().count(), 1);
+        assert!(!net.hosts[0].received.iter().any(is_rrq));
+        net.run_for(retry);
+        assert_eq!(net.switches[0].parked_rrqs().count(), 0);
+        let rrqs: Vec<_> = net.hosts[0].received.iter().filter(|f| is_rrq(f)).collect();
+        assert_eq!(rrqs.len(), 1, "one recover request reaches the source");
+        assert_eq!((rrqs[0].msg, rrqs[0].seq), (1, 0));
     }
 }
