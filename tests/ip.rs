@@ -380,16 +380,16 @@ fn transfer_through_a_kill(tag: &str, link: &str, extra: &[&str]) -> (Transfer, 
 }
 
 /// The controller re-routes around the link that carries the transfer's
-/// acknowledgements (s0-3:4: h15's uplink toward h00's root under dmodk);
-/// TCP loses the ones on it and goes on over the new route. (A kill on the
-/// data path without a recovery protocol can cut a wormhole packet whose
-/// downstream half then holds its channels for good: docs/ip.md.)
+/// data (s0-0:7: h00's uplink toward h15's root under dmodk); TCP resends
+/// the segments the kill cut and goes on over the new route. The switch
+/// closes a packet cut at its input with a non-final tail, so the cut
+/// packet's downstream half frees its channels (docs/ip.md).
 #[test]
 fn a_transfer_survives_a_link_kill_by_rerouting() {
     if !ready() {
         return;
     }
-    let (t, r) = transfer_through_a_kill("reroute", "s0-3:4", &[]);
+    let (t, r) = transfer_through_a_kill("reroute", "s0-0:7", &[]);
     assert!(
         r["faults"][0]["routes_installed_ms"].is_number(),
         "no re-route: {:#}",

@@ -8,8 +8,8 @@
 //! and every rate to bits per emulated second (× N); ping's RTTs are given
 //! both as measured and ÷ N.
 
-use crate::chaos::ActionTiming;
 use crate::iperf::{self, Iperf3Json, Iperf3Run};
+use crate::report::ActionTiming;
 use crate::scenario::{AppAction, Application, Iperf3Flow, Protocol};
 use crate::tun::TunState;
 use flitnet_runtime::clock::wall;

@@ -65,43 +65,7 @@ pub struct ChaosArgs {
 /// Throughput sampling period.
 const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 
-/// Timing of one fault or repair.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ActionTiming {
-    /// Seconds after traffic started.
-    pub at_s: f64,
-    pub action: String,
-    pub element: String,
-    pub origin: String,
-    /// Fault → the first neighbour's port-down (repair → port-up), ms.
-    pub detection_ms: Option<f64>,
-    pub detected_by: Option<String>,
-    pub detection_reason: Option<String>,
-    /// Fault (or repair) → tables without (with) the element installed on
-    /// every live switch, ms. Only with mechanism `reroute`.
-    pub routes_installed_ms: Option<f64>,
-    /// Corrupt: CRC errors counted by the receiving end at the end of the run.
-    pub crc_errors_at_receiver: Option<u64>,
-    /// Corrupt: datagrams asked to be damaged.
-    pub count: Option<u32>,
-    /// Corrupt: link errors the receiving end detected (each took the link
-    /// down for a retrain; docs/wire.md), and link resets the damaging
-    /// end received from it, at the end of the run.
-    #[serde(default)]
-    pub link_errors_at_receiver: Option<u64>,
-    #[serde(default)]
-    pub link_resets_at_sender: Option<u64>,
-    /// Corrupt: from the first link error to both ends back up (daemon
-    /// events), ms.
-    #[serde(default)]
-    pub link_down_ms: Option<f64>,
-    /// DLR mechanisms: heads the switches had sent off their table port
-    /// (local reroutes, summed over every switch) just before the action,
-    /// so that a report shows rerouting start at a fault and stop at its
-    /// repair (seed 002: routes return to the original ones).
-    #[serde(default)]
-    pub local_reroutes_before: Option<u64>,
-}
+pub use crate::report::ActionTiming;
 
 /// Where every lost message went (spec 002 §3.2 loss model).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
