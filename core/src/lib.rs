@@ -11,6 +11,7 @@ pub mod node;
 pub mod routing;
 pub mod sim;
 pub mod switch;
+pub mod switch_params;
 pub mod topology;
 pub mod wire;
 

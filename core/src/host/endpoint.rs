@@ -17,14 +17,13 @@
 //! its buffer slot is released immediately (seed 003 §3.6 item 8: ejection
 //! is never a bottleneck), so credits flow back to the switch.
 
+use super::counters::{IntermediateStats, SbrpStats};
 use super::histogram::{Moments, Percentiles};
 use super::hook::Installed;
 use super::message::OutPacket;
 use super::sink::{Delivery, Sink, SinkConfig, SinkEvent, SinkStats, Violation};
 use super::source::{Source, SourceConfig, SourceError, SourceStats};
 use crate::link::{self, Link, LinkConfig, LinkError, LinkEvent};
-use crate::mechanism::intermediate::IntermediateStats;
-use crate::mechanism::sbrp::host::SbrpStats;
 use crate::topology::{HostId, PortNo};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -86,12 +85,12 @@ pub enum ConfigError {
     #[error("host {host}: injection VC {vc} is out of range (the link has {vcs} VCs)")]
     InjectionVc { host: HostId, vc: u8, vcs: u8 },
     #[error(
-        "host {host}: recovery protocol {protocol:?} needs the sender to retain messages \
+        "host {host}: recovery protocol {protocol} needs the sender to retain messages \
          (release policy hold-for or until-released, not when-sent)"
     )]
     RecoveryNeedsRetention {
         host: HostId,
-        protocol: crate::mechanism::sbrp::RecoveryProtocol,
+        protocol: &'static str,
     },
     #[error("host {host}: a flit with {payload} payload bytes does not fit the link MTU {mtu}")]
     FlitTooLarge {

@@ -86,10 +86,9 @@ pub(crate) struct Installed {
 }
 
 impl HostEndpoint {
-    /// Installs `hook` (replacing one of the same mechanism), in registry
-    /// order.
-    pub fn install_hook(&mut self, hook: Box<dyn HostHook>) {
-        let rank = crate::mechanism::rank(hook.name());
+    /// Installs `hook` (replacing one of the same mechanism) at `rank`, its
+    /// mechanism's position in the registry (`crate::mechanism::rank`).
+    pub fn install_hook(&mut self, rank: usize, hook: Box<dyn HostHook>) {
         self.hooks.retain(|h| h.rank != rank);
         let at = self.hooks.partition_point(|h| h.rank < rank);
         self.hooks.insert(at, Installed { rank, hook });

@@ -7,8 +7,10 @@
 //! - [`histogram`]: the latency histogram;
 //! - [`ip`]: IP packets as messages (address plan, segmentation);
 //! - [`endpoint`]: all of the above plus the port's link layer;
+//! - [`counters`]: the mechanisms' counters in the host's report;
 //! - [`hook`]: where the mechanisms' host halves act on the endpoint.
 
+pub mod counters;
 pub mod endpoint;
 pub mod histogram;
 pub mod hook;

@@ -19,7 +19,9 @@ use super::generators::generate;
 use super::{
     Family, HostKind, NodeRef, PgftParams, PortNo, PortRef, SwitchParams, Topology, TopologyError,
 };
-use crate::control::{limits, SwitchLatency};
+use crate::switch_params::{
+    SwitchLatency, MAX_CROSSBAR_SPEEDUP, MAX_SWITCH_LATENCY_FLIT_TIMES, MAX_SWITCH_LATENCY_NS,
+};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -430,7 +432,7 @@ fn write_family(out: &mut String, family: &Family) {
 }
 
 /// `switch-latency:` and `crossbar-speedup:`, checked against the bounds
-/// the daemons accept ([`crate::control::FabricParams::validate`]).
+/// the daemons accept (`FabricParams::validate` in the control protocol).
 fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyFileError> {
     let switch_latency = match &doc.switch_latency {
         None => None,
@@ -444,8 +446,8 @@ fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyF
             let latency =
                 SwitchLatency::parse(&text).map_err(|e| src.spec(src.key_line(key), key, e.0))?;
             let too_long = match latency {
-                SwitchLatency::FlitTimes(n) => n > limits::MAX_SWITCH_LATENCY_FLIT_TIMES,
-                SwitchLatency::Ns(ns) => ns > limits::MAX_SWITCH_LATENCY_NS,
+                SwitchLatency::FlitTimes(n) => n > MAX_SWITCH_LATENCY_FLIT_TIMES,
+                SwitchLatency::Ns(ns) => ns > MAX_SWITCH_LATENCY_NS,
             };
             if too_long {
                 return Err(src.spec(
@@ -453,8 +455,8 @@ fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyF
                     key,
                     format!(
                         "{latency} is too long: at most {}ft or {} ms",
-                        limits::MAX_SWITCH_LATENCY_FLIT_TIMES,
-                        limits::MAX_SWITCH_LATENCY_NS / 1_000_000
+                        MAX_SWITCH_LATENCY_FLIT_TIMES,
+                        MAX_SWITCH_LATENCY_NS / 1_000_000
                     ),
                 ));
             }
@@ -463,7 +465,7 @@ fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyF
     };
     let crossbar_speedup = match doc.crossbar_speedup {
         None => None,
-        Some(n) if (1..=limits::MAX_CROSSBAR_SPEEDUP as u64).contains(&n) => Some(n as u8),
+        Some(n) if (1..=MAX_CROSSBAR_SPEEDUP as u64).contains(&n) => Some(n as u8),
         Some(n) => {
             let key = "crossbar-speedup";
             return Err(src.spec(
@@ -471,7 +473,7 @@ fn switch_params(src: &Source, doc: &Document) -> Result<SwitchParams, TopologyF
                 key,
                 format!(
                     "{n} is out of range: a crossbar speedup is 1..={}",
-                    limits::MAX_CROSSBAR_SPEEDUP
+                    MAX_CROSSBAR_SPEEDUP
                 ),
             ));
         }

@@ -226,7 +226,7 @@ pub struct Topology {
 pub struct SwitchParams {
     /// Switch traversal latency (routing, allocation, crossbar).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switch_latency: Option<crate::control::SwitchLatency>,
+    pub switch_latency: Option<crate::switch_params::SwitchLatency>,
     /// Flits per input and per output port per flit time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crossbar_speedup: Option<u8>,

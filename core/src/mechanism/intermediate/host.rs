@@ -7,12 +7,11 @@
 
 use super::{IntermediateError, Mechanisms, RouteChoice, RoutePlanner};
 use crate::flit::{route_flags, Head, MAX_INTERMEDIATES, MAX_LEGS, MAX_RUNS};
+pub use crate::host::counters::{IntermediateStats, RouteTableSummary};
 use crate::host::endpoint::{HostEndpoint, HostReport};
 use crate::host::hook::HostHook;
 use crate::mechanism::hook_any;
 use crate::topology::{FaultSet, HostId, Topology};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// What the head of a packet for one destination carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,23 +42,6 @@ pub enum Applied {
         misrouted: bool,
     },
     Unrouted,
-}
-
-/// Summary of a host's route table (per destination), for its report.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RouteTableSummary {
-    /// The mechanism the table was planned for (`I`, `I×2`, `I+D`, …).
-    pub mechanism: String,
-    /// Faulty links the table avoids.
-    pub faulty_links: usize,
-    pub direct: u32,
-    pub routed: u32,
-    /// Destinations no allowed route reaches without meeting a fault.
-    pub not_tolerated: u32,
-    /// Destinations cut off by the faults.
-    pub disconnected: u32,
-    /// Routed destinations by mechanism used (Table 3's columns).
-    pub by_mechanism: BTreeMap<String, u32>,
 }
 
 /// A source host's per-destination routes under one fault set.
@@ -172,26 +154,6 @@ impl IntermediateRoutes {
     }
 }
 
-/// What a host did with intermediate-node routes (its report and metrics).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntermediateStats {
-    /// Route tables installed (one per fault-set push).
-    pub table_updates: u64,
-    /// Packets injected with at least one intermediate node in the head.
-    pub packets_via_intermediate: u64,
-    /// Packets injected with some leg's D bit set.
-    pub packets_deterministic: u64,
-    /// Packets injected with forced misroute runs (M).
-    #[serde(default)]
-    pub packets_misrouted: u64,
-    /// Packets for destinations no allowed route reaches safely (sent
-    /// direct; they may meet the fault).
-    pub packets_unrouted: u64,
-    /// The current table.
-    #[serde(default)]
-    pub table: Option<RouteTableSummary>,
-}
-
 /// The source's half of intermediate nodes, installed by
 /// [`HostEndpoint::set_intermediate_routes`]: every head the host builds
 /// carries its destination's route.
@@ -246,10 +208,13 @@ impl HostEndpoint {
     /// keep the route their head left with.
     pub fn set_intermediate_routes(&mut self, routes: Option<IntermediateRoutes>) {
         if self.hook::<IntermediateHost>().is_none() {
-            self.install_hook(Box::new(IntermediateHost {
-                routes: None,
-                stats: IntermediateStats::default(),
-            }));
+            self.install_hook(
+                crate::mechanism::rank(super::NAME),
+                Box::new(IntermediateHost {
+                    routes: None,
+                    stats: IntermediateStats::default(),
+                }),
+            );
         }
         let h = self
             .hook_mut::<IntermediateHost>()

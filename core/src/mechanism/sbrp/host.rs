@@ -22,6 +22,7 @@
 
 use super::{is_rrq, receiver_rrq_flit, rrq_from_receiver, RecoveryProtocol};
 use crate::flit::{flags, Flit};
+pub use crate::host::counters::SbrpStats;
 use crate::host::endpoint::HostReport;
 use crate::host::endpoint::{ConfigError, HostEndpoint};
 use crate::host::hook::HostHook;
@@ -86,25 +87,6 @@ impl Default for SbrpConfig {
             max_receiver_rrqs: 12,
         }
     }
-}
-
-/// Host-side SBRP counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SbrpStats {
-    pub rrq_received: u64,
-    /// RRQs for a sub-message already superseded (multi-fault, duplicates).
-    pub stale_rrq: u64,
-    /// RRQs for a message no longer retained (released too early).
-    pub unrecoverable_rrq: u64,
-    /// Packets stopped mid-injection and closed with a virtual tail.
-    pub aborted_packets: u64,
-    pub resent_packets: u64,
-    /// Flits resent (the recovery overhead, spec 003 §5.7).
-    pub resent_flits: u64,
-    /// RRQs this host sent as a receiver (SBRP-2, or R-4 fallback).
-    pub rrq_sent: u64,
-    /// NFTs received that left a packet incomplete.
-    pub nft_received: u64,
 }
 
 /// The sender half: SSNF per interrupted packet and resends waiting for the
@@ -548,7 +530,7 @@ impl HostEndpoint {
         if cfg.protocol.is_on() && self.source.config().release == ReleasePolicy::WhenSent {
             return Err(ConfigError::RecoveryNeedsRetention {
                 host: self.cfg.host,
-                protocol: cfg.protocol,
+                protocol: cfg.protocol.name(),
             });
         }
         self.sink.set_in_order(cfg.protocol.is_on());
@@ -556,7 +538,10 @@ impl HostEndpoint {
             Some(h) => h.cfg = cfg,
             None => {
                 let vcs = self.cfg.link.vcs;
-                self.install_hook(Box::new(SbrpHost::new(cfg, vcs)));
+                self.install_hook(
+                    crate::mechanism::rank(super::NAME),
+                    Box::new(SbrpHost::new(cfg, vcs)),
+                );
             }
         }
         Ok(())

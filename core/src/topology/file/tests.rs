@@ -1,5 +1,5 @@
 use super::*;
-use crate::control::SwitchLatency;
+use crate::switch_params::SwitchLatency;
 use crate::topology::generators::{hypercube, kary_ntree, mesh_or_torus, pgft, ruft};
 use proptest::prelude::*;
 
