@@ -174,20 +174,7 @@ impl VethPair {
             names: [format!("flt-bench-{id}-a"), format!("flt-bench-{id}-b")],
         };
         let [a, b] = &pair.names;
-        let ip = |args: &[&str]| -> Result<()> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .context("running ip")?;
-            if !out.status.success() {
-                bail!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-            Ok(())
-        };
+        let ip = |args: &[&str]| crate::netns::ip(args, None);
         ip(&["netns", "add", a])?;
         ip(&["netns", "add", b])?;
         let mtu = mtu.to_string();

@@ -321,14 +321,17 @@ pub fn new_token() -> String {
         .collect()
 }
 
-/// Picks a `127.B.0.0/16` whose first data address is free.
+/// Picks a `127.B.0.0/16` whose first node's data and control ports are
+/// both free. The control port tells a subnet in use by a fabric whose data
+/// goes over shared memory or Ethernet, which binds no data socket.
 fn pick_subnet() -> Result<u8> {
     use rand::Rng;
     let mut rng = rand::thread_rng();
     for _ in 0..64 {
         let b: u8 = rng.gen_range(32..=250);
-        let probe = SocketAddrV4::new(node_ip(b, 0), DATA_PORT);
-        if std::net::UdpSocket::bind(probe).is_ok() {
+        let data = SocketAddrV4::new(node_ip(b, 0), DATA_PORT);
+        let control = SocketAddrV4::new(node_ip(b, 0), CONTROL_PORT);
+        if std::net::UdpSocket::bind(data).is_ok() && std::net::TcpListener::bind(control).is_ok() {
             return Ok(b);
         }
     }

@@ -47,7 +47,9 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn ip(args: &[&str], stdin: Option<&str>) -> Result<()> {
+/// Runs `ip ARGS` (with `stdin` as its input, for `-batch -`); fails with
+/// the command and what it printed.
+pub fn ip(args: &[&str], stdin: Option<&str>) -> Result<()> {
     let mut child = Command::new("ip")
         .args(args)
         .stdin(if stdin.is_some() {
@@ -58,7 +60,7 @@ fn ip(args: &[&str], stdin: Option<&str>) -> Result<()> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .context("running `ip` (iproute2 is needed for the ethernet transport)")?;
+        .context("running `ip` (iproute2 is needed for network namespaces and veth pairs)")?;
     if let Some(text) = stdin {
         child
             .stdin
