@@ -547,13 +547,6 @@ impl HostEndpoint {
         Ok(())
     }
 
-    /// The recovery protocol's configuration (the default, protocol none,
-    /// until [`HostEndpoint::set_recovery`]).
-    pub fn recovery(&self) -> SbrpConfig {
-        self.hook::<SbrpHost>()
-            .map_or_else(SbrpConfig::default, |h| h.cfg.clone())
-    }
-
     /// The host's SBRP counters (zero without a recovery protocol).
     pub fn sbrp_stats(&self) -> SbrpStats {
         self.hook::<SbrpHost>()
