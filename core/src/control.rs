@@ -923,23 +923,15 @@ pub enum Request {
     /// ([`crate::link::Link::set_credits_withheld`]). Never used outside
     /// tests and `flitctl up --withhold-credits`.
     WithholdCredits { port: PortNo, on: bool },
-    /// Turn dynamic local rerouting (seed 002) on (`config` set) or off on
-    /// a switch of a k-ary n-tree: the switch then misroutes around dead
-    /// ports on its own. `level` (0 = leaves) and `label` (digits 1..n-1)
-    /// place the switch in the tree ([`crate::topology::Switch`]).
-    ConfigureReroute {
-        config: Option<crate::mechanism::dlr::DlrConfig>,
-        #[serde(default)]
-        level: u32,
-        #[serde(default)]
-        label: Vec<u32>,
-    },
-    /// Turn dynamic FT²EI (seed 000 §4.5) on (`config` set) or off on a
-    /// switch of a k-ary n-tree: the switch then routes with its own
-    /// exclusion registers and updates them by control packets when a
-    /// link dies, with no controller.
-    ConfigureFt2eiDyn {
-        config: Option<crate::mechanism::ft2ei_dyn::Ft2eiDynConfig>,
+    /// Configure a registered mechanism on this node (`config` set) or
+    /// turn it off: the configuration its controller half made
+    /// ([`crate::mechanism::MechanismPlan`]), applied by its switch or host
+    /// half ([`crate::mechanism::configure_switch`],
+    /// [`crate::mechanism::configure_host`]). Hosts answer with
+    /// [`Reply::MechanismConfigured`].
+    ConfigureMechanism {
+        mechanism: String,
+        config: Option<crate::mechanism::NodeConfig>,
     },
     /// Hold (`paused`) or let go of injection (hosts only): packets partly
     /// sent finish, nothing new starts. Used around a table swap
@@ -949,18 +941,6 @@ pub enum Request {
     /// `{"in_flight_flits": n}` ([`crate::switch::Switch::in_flight_flits`],
     /// [`crate::host::HostEndpoint::in_flight_flits`]).
     InFlight,
-    /// Seed 004 (hosts only): the faults of a mesh/torus fabric whose
-    /// switches run [`VcPolicy::Legs`] with `legs` escape virtual networks.
-    /// The host plans, per destination, a route avoiding every fault with
-    /// `mechanism` (a Table 2 label: `I`, `I×2`, `I+D`, `Ix2+D`, …) and
-    /// puts it in the heads of the packets it builds from then on. An
-    /// empty fault set goes back to direct routes.
-    SetIntermediateRoutes {
-        topology: Box<crate::topology::Topology>,
-        faults: crate::topology::FaultSet,
-        mechanism: String,
-        legs: u8,
-    },
 }
 
 impl Request {
@@ -976,11 +956,9 @@ impl Request {
             Request::Shutdown => "shutdown",
             Request::SetAllPorts { .. } => "set-all-ports",
             Request::Corrupt { .. } => "corrupt",
-            Request::ConfigureReroute { .. } => "configure-reroute",
-            Request::ConfigureFt2eiDyn { .. } => "configure-ft2ei-dyn",
+            Request::ConfigureMechanism { .. } => "configure-mechanism",
             Request::SetInjection { .. } => "set-injection",
             Request::InFlight => "in-flight",
-            Request::SetIntermediateRoutes { .. } => "set-intermediate-routes",
             Request::WithholdCredits { .. } => "withhold-credits",
         }
     }
@@ -1276,7 +1254,10 @@ mod tests {
             Request::Shutdown,
             Request::SetAllPorts { up: false },
             Request::Corrupt { port: 0, count: 1 },
-            Request::ConfigureFt2eiDyn { config: None },
+            Request::ConfigureMechanism {
+                mechanism: "dlr".into(),
+                config: None,
+            },
             Request::SetInjection { paused: true },
             Request::InFlight,
             Request::WithholdCredits { port: 1, on: true },
@@ -1319,19 +1300,24 @@ mod tests {
         );
         let dlr = Envelope {
             token: "x".into(),
-            request: Request::ConfigureReroute {
-                config: Some(crate::mechanism::dlr::DlrConfig::new(
-                    4,
-                    3,
-                    crate::mechanism::dlr::DlrVariant::Deterministic,
-                    crate::mechanism::dlr::DlrFaults::Switch,
+            request: Request::ConfigureMechanism {
+                mechanism: "dlr".into(),
+                config: Some(crate::mechanism::plan::encode(
+                    &crate::mechanism::dlr::plan::DlrSwitchConfig {
+                        config: crate::mechanism::dlr::DlrConfig::new(
+                            4,
+                            3,
+                            crate::mechanism::dlr::DlrVariant::Deterministic,
+                            crate::mechanism::dlr::DlrFaults::Switch,
+                        ),
+                        level: 1,
+                        label: vec![2, 3],
+                    },
                 )),
-                level: 1,
-                label: vec![2, 3],
             },
         };
         let line = serde_json::to_string(&dlr).unwrap();
-        assert!(line.contains(r#""op":"configure-reroute""#), "{line}");
+        assert!(line.contains(r#""op":"configure-mechanism""#), "{line}");
         assert_eq!(serde_json::from_str::<Envelope>(&line).unwrap(), dlr);
     }
 }

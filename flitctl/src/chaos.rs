@@ -650,11 +650,7 @@ pub fn run_scenario(
         f.traffic.load,
     );
     params.time_dilation = factor;
-    let intermediate = crate::mechanism::intermediate::IntermediateSetup::of(
-        &scenario.topo,
-        f.mechanism.fabric(),
-        params.vcs,
-    )?;
+    let plan = f.mechanism.fabric().plan(&scenario.run_spec(&params))?;
     let opts = SessionOptions {
         params: params.clone(),
         engine: f.engine.clone(),
@@ -662,7 +658,7 @@ pub fn run_scenario(
         metrics,
         run_dir: run_dir.path,
         keep: run_dir.keep,
-        tables: intermediate.as_ref().map(|i| i.tables.clone()),
+        tables: plan.as_ref().and_then(|p| p.tables()).cloned(),
         netns: None,
         tun: f.fabric.tun.then(crate::tun::TunOptions::default),
     };
@@ -686,17 +682,14 @@ pub fn run_scenario(
         ..
     } = session;
     let engine_name = tables.engine.clone();
-    // Dynamic local rerouting: the switches handle faults on their own.
-    if let Some(c) = f.mechanism.dlr(&topo)? {
+    if let Some(p) = &plan {
         // On error the fabric's Drop stops the daemons.
-        crate::mechanism::dlr::configure_reroute(&fabric, &topo, c)
-            .context("configuring dynamic local rerouting")?;
-        events.record(ControllerEvent::LocalRerouteConfigured { config: c });
+        crate::mechanism::install(&fabric, p.as_ref(), &events)?;
     }
     let policy = Policy {
         reroute: f.mechanism.acts_on_faults(),
         engine: f.engine.clone(),
-        intermediate,
+        answers_faults: plan.clone().filter(|p| p.answers_faults()),
         reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, &topo),
         vcs: params.vcs,
     };

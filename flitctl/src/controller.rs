@@ -10,7 +10,6 @@ pub mod decide;
 
 use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
 use crate::fabric::{Fabric, Reconfiguration};
-use crate::mechanism::intermediate::IntermediateSetup;
 use decide::{Decider, Reroute, Settle};
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, Topology};
@@ -33,9 +32,10 @@ pub struct Policy {
     pub reroute: bool,
     /// The run's routing engine (`auto` picks per fabric and fault set).
     pub engine: String,
-    /// Seed 004: the hosts route around faults; the switches keep their
-    /// tables.
-    pub intermediate: Option<IntermediateSetup>,
+    /// A mechanism that answers detected faults itself (intermediate
+    /// nodes: the hosts route around them, the switches keep their
+    /// tables), in place of a re-route.
+    pub answers_faults: Option<crate::mechanism::Plan>,
     pub reconfiguration: Reconfiguration,
     /// Virtual channels of the fabric: tables needing more are refused.
     pub vcs: u8,
@@ -165,8 +165,13 @@ impl<'a> Controller<'a> {
         let faults = reroute.faults();
         let failed_links = reroute.failed_links();
         let started = Instant::now();
-        if let Some(setup) = &self.policy.intermediate {
-            match setup.push_faults(&self.fabric, self.topo, &faults, &self.events) {
+        if let Some(plan) = &self.policy.answers_faults {
+            match crate::mechanism::answer_faults(
+                &self.fabric,
+                plan.as_ref(),
+                &faults,
+                &self.events,
+            ) {
                 Ok(_) => {
                     self.decider.routed(reroute);
                     self.reroutes += 1;

@@ -6,8 +6,6 @@
 
 use anyhow::{Context, Result};
 use flitnet_core::control::{open_event, EventKind};
-use flitnet_core::mechanism::dlr::DlrConfig;
-use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
 use flitnet_core::topology::{LinkId, PortNo};
 use flitnet_runtime::clock::now_ns;
 use serde::{Deserialize, Serialize};
@@ -126,11 +124,11 @@ pub enum ControllerEvent {
     ActionFailed {
         error: String,
     },
-    LocalRerouteConfigured {
-        config: DlrConfig,
-    },
-    Ft2eiDynConfigured {
-        config: Ft2eiDynConfig,
+    /// A mechanism's bring-up configuration installed in the nodes
+    /// (`config`: what its controller half says of it).
+    MechanismConfigured {
+        mechanism: String,
+        config: serde_json::Value,
     },
     /// SIGINT or SIGTERM: traffic stopped early, reports collected.
     Interrupted {

@@ -233,7 +233,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let policy = Policy {
         reroute: args.recovery == Recovery::Reroute,
         engine: args.engine.clone(),
-        intermediate: None,
+        answers_faults: None,
         reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
         vcs: description.params.vcs,
     };

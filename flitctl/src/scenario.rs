@@ -25,6 +25,7 @@ use crate::parse::parse_duration;
 use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
+use flitnet_core::mechanism::RunSpec;
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
@@ -122,12 +123,6 @@ impl Mechanism {
     /// The recovery protocol the fabric runs with (SBRP levels only).
     pub fn recovery_protocol(self) -> RecoveryProtocol {
         self.fabric().recovery_protocol()
-    }
-
-    /// The dynamic local rerouting configuration for `topo` (DLR variants
-    /// only); refuses a topology that is not a k-ary n-tree.
-    pub fn dlr(self, topo: &Topology) -> Result<Option<flitnet_core::mechanism::dlr::DlrConfig>> {
-        self.fabric().dlr(topo)
     }
 
     /// Whether the mechanism promises every message delivered exactly once
@@ -834,21 +829,6 @@ impl Scenario {
         fabric.crossbar_speedup = fabric
             .crossbar_speedup
             .or(topo.switch_params.crossbar_speedup);
-        if let Some(c) = file
-            .mechanism
-            .dlr(&topo)
-            .with_context(|| path.display().to_string())?
-        {
-            if c.vcs_needed() > file.fabric.vcs {
-                bail!(
-                    "{}: mechanism `{}` needs {} virtual channels; set fabric.vcs: {}",
-                    path.display(),
-                    file.mechanism.name(),
-                    c.vcs_needed(),
-                    c.vcs_needed()
-                );
-            }
-        }
         let duration = file.traffic.duration.0;
         if duration.is_zero() {
             bail!("{}: traffic.duration must be positive", path.display());
@@ -930,14 +910,43 @@ impl Scenario {
         }
         actions.sort_by_key(|a| a.at);
         check_states(&actions)?;
-        Ok(Scenario {
+        let scenario = Scenario {
             path: path.to_path_buf(),
             file,
             topo,
             topology_path,
             actions,
             apps,
-        })
+        };
+        // The mechanism's own checks, before anything starts.
+        scenario
+            .plan()
+            .with_context(|| path.display().to_string())?;
+        Ok(scenario)
+    }
+
+    /// What the mechanism's controller half needs to know about the run.
+    pub fn run_spec(&self, params: &FabricParams) -> RunSpec<'_> {
+        let f = &self.file;
+        RunSpec {
+            topo: &self.topo,
+            vcs: params.vcs,
+            engine: &f.engine,
+            tables_given: false,
+            controller_reroutes: f.mechanism.acts_on_faults()
+                && f.mechanism.intermediate().is_none(),
+            recovery: f.protocol(),
+            kills_switches: self
+                .actions
+                .iter()
+                .any(|a| matches!(a.kind, ActionKind::KillSwitch | ActionKind::SigkillSwitch)),
+        }
+    }
+
+    /// The mechanism's controller half for this run, checked.
+    pub fn plan(&self) -> Result<Option<crate::mechanism::Plan>> {
+        let params = self.file.params();
+        self.file.mechanism.fabric().plan(&self.run_spec(&params))
     }
 }
 

@@ -6,12 +6,7 @@
 use crate::controller::{fault_timing, link_name, Controller, Element, Policy};
 use crate::events::ControllerEvent;
 use crate::fabric::{Reconfiguration, ReconfigurationChoice};
-use crate::mechanism::dlr::configure_reroute;
-use crate::mechanism::ft2ei_dyn::{configure_ft2ei_dyn, Ft2eiDynReport};
-use crate::mechanism::intermediate::{
-    total_switch_drops, IntermediateReport, IntermediateSetup, SWITCHOVER_SETTLE,
-};
-use crate::mechanism::Mechanism;
+use crate::mechanism::{total_switch_drops, Mechanism, SWITCHOVER_SETTLE};
 mod faults;
 
 pub use faults::UpFaults;
@@ -23,7 +18,6 @@ use crate::session::{Session, SessionOptions};
 use crate::traffic::TrafficArgs;
 use anyhow::{bail, Result};
 use clap::Args;
-use flitnet_core::mechanism::dlr::DlrFaults;
 use flitnet_core::topology::{FaultSet, NodeRef, PortRef, SwitchId, Topology};
 use flitnet_runtime::clock::now_ns;
 use flitnet_runtime::clock::wall;
@@ -177,30 +171,19 @@ pub enum Recovery {
     None,
 }
 
-/// The dynamic FT²EI configuration `args` select, refused unless the run
-/// routes with the FT²EI interval tables and leaves re-routing to it.
-pub fn check_ft2ei_dyn(
-    args: &UpArgs,
-    topo: &Topology,
-) -> Result<Option<flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig>> {
-    let ft2ei_dyn = args.mechanism.ft2ei_dyn(topo)?;
-    if ft2ei_dyn.is_some() {
-        if args.engine != "ft2ei" || args.tables.is_some() {
-            bail!(
-                "--mechanism {} routes with the FT²EI interval tables: run with \
-                 --engine ft2ei and no --tables",
-                args.mechanism
-            );
-        }
-        if args.recovery != Recovery::None {
-            bail!(
-                "--mechanism {} reconfigures the switches by itself: run with \
-                 --recovery none (a controller re-route would hide it)",
-                args.mechanism
-            );
+impl UpArgs {
+    /// What a mechanism's controller half needs to know about this run.
+    pub fn run_spec<'a>(&'a self, topo: &'a Topology) -> flitnet_core::mechanism::RunSpec<'a> {
+        flitnet_core::mechanism::RunSpec {
+            topo,
+            vcs: self.fabric.vcs,
+            engine: &self.engine,
+            tables_given: self.tables.is_some(),
+            controller_reroutes: self.recovery == Recovery::Reroute,
+            recovery: self.fabric.recovery_protocol,
+            kills_switches: !self.kill_switch.is_empty(),
         }
     }
-    Ok(ft2ei_dyn)
 }
 
 /// Why a run that did not deliver everything it generated failed, or
@@ -243,49 +226,20 @@ pub fn print_outcome(args: &UpArgs, outcome: UpOutcome) -> Result<()> {
     let UpOutcome {
         run,
         reroutes,
-        dlr,
-        intermediate,
-        ft2ei,
+        mechanism,
     } = outcome;
     if args.json {
         let mut json = serde_json::to_value(&run)?;
         json["mechanism"] = args.mechanism.name().into();
         json["reroutes"] = reroutes.into();
-        if let Some(r) = &intermediate {
-            json["intermediate"] = serde_json::to_value(r)?;
-        }
-        if let Some(r) = &ft2ei {
-            json["ft2ei"] = serde_json::to_value(r)?;
+        if let Some(r) = &mechanism {
+            json[r.key] = r.body.clone();
         }
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{run}");
-        if dlr {
-            println!("local reroutes: {reroutes}");
-        }
-        if let Some(r) = &ft2ei {
-            println!(
-                "dynamic FT²EI: {} control packets sent, {} exclusion updates on {} switches, \
-                 {} emergency deflections, {} errors, reconfiguration {}",
-                r.ctrl_sent,
-                r.exclusion_updates,
-                r.switches_updated,
-                r.deflections,
-                r.errors,
-                r.reconfiguration_ns
-                    .map_or("n/a".to_string(), |ns| format!("{:.1} µs", ns as f64 / 1e3))
-            );
-        }
-        if let Some(r) = &intermediate {
-            println!(
-                "intermediate nodes ({}): {} packets routed via intermediates, {} leg advances \
-                 in switches, {} drops after the switchover",
-                r.mechanism,
-                r.packets_via_intermediate,
-                r.intermediate_pops,
-                r.drops_after_switchover
-                    .map_or("n/a".to_string(), |d| d.to_string())
-            );
+        if let Some(r) = &mechanism {
+            println!("{}", r.line);
         }
     }
     if let Some(why) = shortfall(&run) {
@@ -336,12 +290,8 @@ pub struct UpOutcome {
     pub run: RunReport,
     /// Local reroutes counted by the switches.
     pub reroutes: u64,
-    /// Whether dynamic local rerouting was on.
-    pub dlr: bool,
-    /// The intermediate-node report (seed 004 mechanisms only).
-    pub intermediate: Option<IntermediateReport>,
-    /// The dynamic FT²EI report (`--mechanism ft2ei-dyn` only).
-    pub ft2ei: Option<Ft2eiDynReport>,
+    /// The mechanism's section of the report, if it has one.
+    pub mechanism: Option<flitnet_core::mechanism::MechanismReport>,
 }
 
 /// The ports of `s`'s neighbouring switches that face it.
@@ -373,17 +323,10 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         kill_switches,
         withhold,
     } = UpFaults::of(args, &topo)?;
-    let kill_switch = kill_switches.first().copied();
     if args.kill_by == KillBy::Carrier && args.fabric.transport() == Transport::Udp {
         bail!("--kill-by carrier pulls a cable (a veth pair's carrier, a ring's): it needs --transport ethernet or shm");
     }
-    let inodes = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
-    if inodes.is_some() && args.tables.is_some() {
-        bail!(
-            "--mechanism {} installs its own tables; drop --tables",
-            args.mechanism
-        );
-    }
+    let plan = args.mechanism.plan(&args.run_spec(&topo))?;
     let mut params = fabric.params_for(&args.engine);
     let (factor, dilation_source) =
         crate::fidelity::resolve(args.time_dilation, &topo, &params, args.traffic.load);
@@ -397,36 +340,12 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         keep: args.keep,
         netns: args.fabric.netns()?,
         tun: args.fabric.tun_options(),
-        tables: match (&args.tables, &inodes) {
+        tables: match (&args.tables, plan.as_ref().and_then(|p| p.tables())) {
             (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
-            (None, Some(i)) => Some(i.tables.clone()),
+            (None, Some(t)) => Some(t.clone()),
             (None, None) => None,
         },
     };
-    let dlr = args.mechanism.dlr(&topo)?;
-    let ft2ei_dyn = check_ft2ei_dyn(args, &topo)?;
-    if let Some(c) = dlr {
-        if c.faults_handled == DlrFaults::Link
-            && kill_switch.is_some()
-            && args.fabric.recovery_protocol.is_on()
-        {
-            bail!(
-                "--mechanism {} routes around link faults only (*Dynamic Fault Tolerance in Fat Trees* §3.4, §3.6): with \
-                 --kill-switch, {} would resend into the same dead end again and again; use \
-                 --mechanism dlr or dlr-adaptive (link and switch faults)",
-                args.mechanism.name(),
-                args.fabric.recovery_protocol.name()
-            );
-        }
-        if c.vcs_needed() > args.fabric.vcs {
-            bail!(
-                "--mechanism {} needs {} virtual channels; run with --vcs {}",
-                args.mechanism.name(),
-                c.vcs_needed(),
-                c.vcs_needed()
-            );
-        }
-    }
     if let Some(addr) = args.controller_metrics {
         crate::ctl_metrics::install(addr)?;
     }
@@ -434,18 +353,13 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     let (fabric, events) = (session.fabric, session.events);
     let (tables, bring_up) = (session.tables, session.bring_up);
     let run_dir = session.run_dir;
-    if let Some(c) = dlr {
-        configure_reroute(&fabric, &topo, c)?;
-        events.record(ControllerEvent::LocalRerouteConfigured { config: c });
-    }
-    if let Some(c) = ft2ei_dyn {
-        configure_ft2ei_dyn(&fabric, c)?;
-        events.record(ControllerEvent::Ft2eiDynConfigured { config: c });
+    if let Some(p) = &plan {
+        crate::mechanism::install(&fabric, p.as_ref(), &events)?;
     }
     let policy = Policy {
         reroute: args.recovery == Recovery::Reroute,
         engine: args.engine.clone(),
-        intermediate: inodes,
+        answers_faults: plan.clone().filter(|p| p.answers_faults()),
         reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
         vcs: args.fabric.vcs,
     };
@@ -509,7 +423,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             let r = events.record_at(started_ns, ControllerEvent::fault(kind, what));
             injected.push((r, kill_links.iter().map(|&l| Element::Link(l)).collect()));
         }
-        if ctl.policy.intermediate.is_some() {
+        if ctl.policy.answers_faults.is_some() {
             // Seed 004: once the hosts route around the faults, packets
             // whose heads left before the push may still meet them; give
             // them time to, then count drops from here on.
@@ -560,11 +474,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
             report::FaultTiming::new(r, handled.detected.as_ref(), handled.installed.as_ref())
         })
         .collect();
-    let Controller { fabric, policy, .. } = ctl;
-    let mut inodes = policy.intermediate;
-    if let Some(i) = inodes.as_mut() {
-        i.drops_at_switchover = drops_at_switchover;
-    }
+    let Controller { fabric, .. } = ctl;
     // With a recovery protocol, senders hold each message for the hold
     // window after it left: drain until they have let go (or a resend is
     // shown stuck), so `retained` counts only what is really still held.
@@ -589,8 +499,9 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         .iter()
         .map(|(_, r)| r.counters.reroutes)
         .sum();
-    let intermediate = inodes.as_ref().map(|i| i.report(&switch_reports, &reports));
-    let ft2ei = ft2ei_dyn.map(|_| Ft2eiDynReport::from_switches(&switch_reports));
+    let mechanism = plan.as_ref().and_then(|p| {
+        crate::mechanism::report(p.as_ref(), &switch_reports, &reports, drops_at_switchover)
+    });
     let fidelity = crate::fidelity::judge(
         &crate::fidelity::Context {
             topo: &topo,
@@ -618,9 +529,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     Ok(UpOutcome {
         run,
         reroutes,
-        dlr: dlr.is_some(),
-        intermediate,
-        ft2ei,
+        mechanism,
     })
 }
 

@@ -158,15 +158,23 @@ pub fn request_lines(rng: &mut impl Rng) -> Vec<String> {
         Request::Shutdown,
         Request::SetAllPorts { up: false },
         Request::Corrupt { port: 1, count: 3 },
-        Request::ConfigureFt2eiDyn { config: None },
+        Request::ConfigureMechanism {
+            mechanism: "ft2ei-dyn".into(),
+            config: None,
+        },
         Request::SetInjection { paused: true },
         Request::InFlight,
     ];
-    requests.push(Request::SetIntermediateRoutes {
-        topology: Box::new(generators::mesh_or_torus(&[2, 2], false).unwrap()),
-        faults: FaultSet::none(),
-        mechanism: "I".into(),
-        legs: 2,
+    requests.push(Request::ConfigureMechanism {
+        mechanism: "intermediate".into(),
+        config: Some(flitnet_core::mechanism::plan::encode(
+            &flitnet_core::mechanism::intermediate::plan::FaultRoutesConfig {
+                topology: Box::new(generators::mesh_or_torus(&[2, 2], false).unwrap()),
+                faults: FaultSet::none(),
+                variant: "i".into(),
+                legs: 2,
+            },
+        )),
     });
     requests
         .into_iter()

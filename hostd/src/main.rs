@@ -13,8 +13,6 @@ use flitnet_core::host::ip::{self, IpPlan};
 use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
-use flitnet_core::mechanism::intermediate::IntermediateRoutes;
-use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::mechanism::sbrp::host::SbrpConfig;
 use flitnet_core::topology::PortNo;
 use flitnet_runtime::{daemon, run, Daemon, Node};
@@ -272,45 +270,18 @@ impl Daemon for HostNode {
                 "{}: corruption is injected on switch ports only",
                 self.name
             )),
-            Request::InstallTable { .. }
-            | Request::ConfigureReroute { .. }
-            | Request::ConfigureFt2eiDyn { .. } => {
+            Request::InstallTable { .. } => {
                 Response::error(format!("{}: a host has no forwarding table", self.name))
             }
-            Request::SetIntermediateRoutes {
-                topology,
-                faults,
-                mechanism,
-                legs,
-            } => {
-                let Some(mech) = Mechanisms::parse(&mechanism) else {
-                    return Response::error(format!(
-                        "{}: unknown intermediate-node mechanism `{mechanism}` \
-                         (I, I×2, I×3, I+D, I×2+D, D, M, D+M, I+M, I+D+M)",
-                        self.name
-                    ));
-                };
-                if topology.num_hosts() != self.endpoint.config().hosts as usize {
-                    return Response::error(format!(
-                        "{}: the topology has {} hosts, this fabric {}",
-                        self.name,
-                        topology.num_hosts(),
-                        self.endpoint.config().hosts
-                    ));
-                }
-                let host = self.endpoint.config().host;
-                match IntermediateRoutes::plan(&topology, &faults, host, &mech, legs) {
-                    Ok(routes) => {
-                        let summary = routes.summary().clone();
-                        tracing::info!(
-                            mechanism = %summary.mechanism,
-                            faulty_links = summary.faulty_links,
-                            routed = summary.routed,
-                            not_tolerated = summary.not_tolerated,
-                            "intermediate-node routes installed"
-                        );
-                        self.endpoint.set_intermediate_routes(Some(routes));
-                        Response::reply(Reply::IntermediateRoutes(summary))
+            Request::ConfigureMechanism { mechanism, config } => {
+                match flitnet_core::mechanism::configure_host(
+                    &mut self.endpoint,
+                    &mechanism,
+                    config.as_ref(),
+                ) {
+                    Ok(answer) => {
+                        tracing::info!(%mechanism, on = config.is_some(), "mechanism configured");
+                        Response::reply(Reply::MechanismConfigured { answer })
                     }
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
                 }

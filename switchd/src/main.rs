@@ -8,7 +8,6 @@ use clap::Parser;
 use flitnet_core::control::{
     EventKind, LinkState, NodeKind, Reply, Request, Response, Role, SwitchReport,
 };
-use flitnet_core::mechanism::dlr::DlrSwitch;
 use flitnet_core::switch::{Switch, SwitchEvent};
 use flitnet_core::topology::{PortNo, SwitchId};
 use flitnet_runtime::events::EventSender;
@@ -156,39 +155,16 @@ impl Daemon for SwitchNode {
                 tracing::info!("forwarding table installed");
                 Response::ok()
             }
-            Request::ConfigureReroute {
-                config,
-                level,
-                label,
-            } => {
-                let dlr = match config {
-                    None => None,
-                    Some(c) => match DlrSwitch::new(c, self.id, level, label) {
-                        Ok(d) => Some(d),
-                        Err(e) => return Response::error(format!("{}: {e}", self.name)),
-                    },
-                };
-                let on = dlr.is_some();
-                match self.switch.set_local_reroute(dlr) {
+            Request::ConfigureMechanism { mechanism, config } => {
+                let on = config.is_some();
+                match flitnet_core::mechanism::configure_switch(
+                    &mut self.switch,
+                    self.id,
+                    &mechanism,
+                    config.as_ref(),
+                ) {
                     Ok(()) => {
-                        tracing::info!(on, "dynamic local rerouting configured");
-                        Response::ok()
-                    }
-                    Err(e) => Response::error(format!("{}: {e}", self.name)),
-                }
-            }
-            Request::ConfigureFt2eiDyn { config } => {
-                let state = match config {
-                    None => None,
-                    Some(c) => match c.switch(self.id) {
-                        Ok(s) => Some(s),
-                        Err(e) => return Response::error(format!("{}: {e}", self.name)),
-                    },
-                };
-                let on = state.is_some();
-                match self.switch.set_ft2ei_dyn(state) {
-                    Ok(()) => {
-                        tracing::info!(on, "dynamic FT²EI configured");
+                        tracing::info!(%mechanism, on, "mechanism configured");
                         Response::ok()
                     }
                     Err(e) => Response::error(format!("{}: {e}", self.name)),
@@ -265,10 +241,7 @@ impl Daemon for SwitchNode {
                 }
                 _ => Response::error(format!("{}: port {port} is not cabled", self.name)),
             },
-            Request::StartTraffic { .. }
-            | Request::StopTraffic
-            | Request::SetInjection { .. }
-            | Request::SetIntermediateRoutes { .. } => {
+            Request::StartTraffic { .. } | Request::StopTraffic | Request::SetInjection { .. } => {
                 Response::error(format!("{}: a switch generates no traffic", self.name))
             }
             Request::Shutdown => Response::ok(),

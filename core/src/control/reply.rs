@@ -4,7 +4,6 @@
 
 use crate::host::endpoint::{HostEndpoint, HostReport};
 use crate::link::Link;
-use crate::mechanism::intermediate::RouteTableSummary;
 use crate::mechanism::sbrp::SbrpSwitchCounters;
 use crate::switch::SwitchCounters;
 use crate::topology::PortNo;
@@ -29,8 +28,12 @@ pub enum Reply {
     SwitchReport(Box<SwitchReport>),
     /// A host's answer to [`super::Request::Report`].
     HostReport(Box<HostDaemonReport>),
-    /// A host's answer to [`super::Request::SetIntermediateRoutes`].
-    IntermediateRoutes(RouteTableSummary),
+    /// A host's answer to [`super::Request::ConfigureMechanism`]: what the
+    /// mechanism's host half made of it, for its controller half
+    /// ([`crate::mechanism::MechanismPlan::faults_answered`]).
+    MechanismConfigured {
+        answer: Option<crate::mechanism::NodeConfig>,
+    },
 }
 
 /// Which kind of daemon answered.
@@ -353,7 +356,7 @@ impl Reply {
             Reply::InFlight { .. } => "in-flight",
             Reply::SwitchReport(_) => "switch-report",
             Reply::HostReport(_) => "host-report",
-            Reply::IntermediateRoutes(_) => "intermediate-routes",
+            Reply::MechanismConfigured { .. } => "mechanism-configured",
         }
     }
 }
@@ -395,10 +398,15 @@ impl Reply {
         }
     }
 
-    pub fn into_intermediate_routes(self) -> Result<RouteTableSummary, UnexpectedReply> {
+    /// A host's answer to a mechanism's configuration (`None` from a
+    /// switch, which answers `done`).
+    pub fn into_mechanism_answer(
+        self,
+    ) -> Result<Option<crate::mechanism::NodeConfig>, UnexpectedReply> {
         match self {
-            Reply::IntermediateRoutes(r) => Ok(r),
-            other => Err(other.unexpected("intermediate-routes")),
+            Reply::Done => Ok(None),
+            Reply::MechanismConfigured { answer } => Ok(answer),
+            other => Err(other.unexpected("mechanism-configured")),
         }
     }
 }

@@ -22,12 +22,19 @@ pub mod ft2ei_dyn;
 pub mod hoq;
 pub mod intermediate;
 pub mod local_reroute;
+pub mod plan;
 pub mod sbrp;
 
+pub use plan::{
+    ConfigureError, FaultsAnswered, MechanismPlan, MechanismReport, NodeConfig, PlanError,
+    Reported, RunSpec,
+};
+
+use crate::host::endpoint::HostEndpoint;
 use crate::link::ConfigError;
 use crate::switch::hook::SwitchHook;
 use crate::switch::{Switch, SwitchConfig};
-use crate::topology::{Family, Topology};
+use crate::topology::{Family, SwitchId, Topology};
 
 /// The registered mechanisms. Their order is the order in which their
 /// switch hooks run: the first that routes a head decides it, the first
@@ -48,6 +55,8 @@ pub enum Applies {
     Anywhere,
     /// k-ary n-trees only.
     KaryNTree,
+    /// k-ary n-trees and RUFTs.
+    FatTree,
     /// Meshes and tori only.
     MeshOrTorus,
     /// Meshes and hypercubes only.
@@ -59,6 +68,7 @@ impl Applies {
         match self {
             Applies::Anywhere => true,
             Applies::KaryNTree => matches!(family, Family::KaryNTree { .. }),
+            Applies::FatTree => matches!(family, Family::KaryNTree { .. } | Family::Ruft { .. }),
             Applies::MeshOrTorus => matches!(family, Family::Mesh { .. } | Family::Torus { .. }),
             Applies::MeshOrHypercube => {
                 matches!(family, Family::Mesh { .. } | Family::Hypercube { .. })
@@ -71,6 +81,7 @@ impl Applies {
         match self {
             Applies::Anywhere => "any topology",
             Applies::KaryNTree => "k-ary n-trees",
+            Applies::FatTree => "k-ary n-trees and RUFTs",
             Applies::MeshOrTorus => "meshes and tori",
             Applies::MeshOrHypercube => "meshes and hypercubes",
         }
@@ -118,6 +129,96 @@ pub trait Mechanism: Sync {
     fn standing_hook(&self) -> Option<Box<dyn SwitchHook>> {
         None
     }
+
+    /// Its controller half for a run of `variant` (one of its own), checked
+    /// against the run before anything starts; `None` when the controller
+    /// has nothing to install for it.
+    fn plan(
+        &self,
+        variant: &'static Variant,
+        run: &RunSpec<'_>,
+    ) -> Result<Option<Box<dyn MechanismPlan>>, PlanError> {
+        let _ = (variant, run);
+        Ok(None)
+    }
+
+    /// Applies a configuration its controller half made to switch `id`
+    /// (`None` turns the mechanism off there).
+    fn configure_switch(
+        &self,
+        sw: &mut Switch,
+        id: SwitchId,
+        config: Option<&NodeConfig>,
+    ) -> Result<(), ConfigureError> {
+        let _ = (sw, id, config);
+        Err(ConfigureError::NotOnSwitches(self.name()))
+    }
+
+    /// Applies a configuration its controller half made to a host (`None`
+    /// turns the mechanism off there); the answer goes back to the
+    /// controller half ([`MechanismPlan::faults_answered`]).
+    fn configure_host(
+        &self,
+        host: &mut HostEndpoint,
+        config: Option<&NodeConfig>,
+    ) -> Result<Option<NodeConfig>, ConfigureError> {
+        let _ = (host, config);
+        Err(ConfigureError::NotOnHosts(self.name()))
+    }
+}
+
+/// The controller half of a run of `variant`, checked against `run`.
+pub fn plan(
+    variant: &'static Variant,
+    run: &RunSpec<'_>,
+) -> Result<Option<Box<dyn MechanismPlan>>, PlanError> {
+    variant.check(run.topo, run.vcs).map_err(|e| match e {
+        ApplicabilityError::TooFewVcs {
+            need,
+            vcs,
+            topology,
+            ..
+        } => PlanError::new(
+            variant,
+            format!(
+                "needs {need} virtual channels on `{topology}`, the fabric has {vcs}: run with \
+                 --vcs {need} (fabric.vcs: {need} in a scenario)"
+            ),
+        ),
+        ApplicabilityError::WrongTopology {
+            applies, topology, ..
+        } => PlanError::new(
+            variant,
+            format!("applies to {applies} only; `{topology}` is not one"),
+        ),
+    })?;
+    mechanism(variant.mechanism)
+        .expect("a variant names its registered mechanism")
+        .plan(variant, run)
+}
+
+/// Applies mechanism `name`'s configuration to switch `id`: what a switch
+/// daemon and the simulator do with a controller's configuration.
+pub fn configure_switch(
+    sw: &mut Switch,
+    id: SwitchId,
+    name: &str,
+    config: Option<&NodeConfig>,
+) -> Result<(), ConfigureError> {
+    mechanism(name)
+        .ok_or_else(|| ConfigureError::Unknown(name.to_string()))?
+        .configure_switch(sw, id, config)
+}
+
+/// Applies mechanism `name`'s configuration to a host; its answer.
+pub fn configure_host(
+    host: &mut HostEndpoint,
+    name: &str,
+    config: Option<&NodeConfig>,
+) -> Result<Option<NodeConfig>, ConfigureError> {
+    mechanism(name)
+        .ok_or_else(|| ConfigureError::Unknown(name.to_string()))?
+        .configure_host(host, config)
 }
 
 /// The registry position of mechanism `name` (its hooks' rank).

@@ -1,19 +1,33 @@
-//! The controller's half of the registered mechanisms: a mechanism is
+//! Mechanisms as the controller selects and drives them. A mechanism is
 //! selected by its one spelling in core's registry
-//! ([`flitnet_core::mechanism::REGISTRY`]), and each folder here holds
-//! what the controller configures, pushes or reports for it.
+//! ([`flitnet_core::mechanism::REGISTRY`]); its controller half
+//! ([`MechanismPlan`], in its own folder in core) says what to install at
+//! bring-up, how it answers faults and what it reports. This module moves
+//! those configurations to a live fabric and folds the answers into the
+//! event log and the report, the same way for every mechanism; the
+//! simulator applies the same configurations to its nodes.
 
-pub mod dlr;
-pub mod ft2ei_dyn;
-pub mod intermediate;
-
-use anyhow::{bail, Result};
-use flitnet_core::mechanism::dlr::DlrConfig;
-use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
+use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
+use crate::fabric::{Fabric, HostReports, SwitchReports};
+use anyhow::{Context, Result};
+use flitnet_core::control::{Request, SwitchReport};
 use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
-use flitnet_core::mechanism::{self as registry, Variant};
-use flitnet_core::topology::{Family, Topology};
+use flitnet_core::mechanism::{
+    self as registry, FaultsAnswered, MechanismPlan, MechanismReport, Reported, RunSpec, Variant,
+};
+use flitnet_core::topology::{FaultSet, Topology};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Time after a mechanism's answer to faults reached the hosts before
+/// drops are counted as "after the switchover": packets whose heads left
+/// before it either meet the fault or land well within it.
+pub const SWITCHOVER_SETTLE: Duration = Duration::from_millis(500);
+
+/// A mechanism's controller half, shared by the controller loop and the
+/// front end of a run.
+pub type Plan = Arc<dyn MechanismPlan>;
 
 /// A fabric mechanism as `--mechanism` and scenario files select it: a
 /// registered variant (`dlr-link`, `ft2ei-dyn`, `i-d`, `sbrp1`, …) or
@@ -89,32 +103,11 @@ impl Mechanism {
         self.is_of(flitnet_core::mechanism::dlr::NAME)
     }
 
-    /// The dynamic local rerouting configuration for `topo` (DLR variants
-    /// only); refuses a topology that is not a k-ary n-tree.
-    pub fn dlr(self, topo: &Topology) -> Result<Option<DlrConfig>> {
+    /// Its controller half for the run `run`, checked before anything
+    /// starts (`None`: nothing for the controller to install).
+    pub fn plan(self, run: &RunSpec<'_>) -> Result<Option<Plan>> {
         let Some(v) = self.0 else { return Ok(None) };
-        Ok(DlrConfig::of_variant(v, topo)?)
-    }
-
-    /// The dynamic FT²EI configuration for `topo` (its variants only);
-    /// refuses a topology that is neither a k-ary n-tree nor a RUFT.
-    pub fn ft2ei_dyn(self, topo: &Topology) -> Result<Option<Ft2eiDynConfig>> {
-        let Some(v) = self
-            .0
-            .filter(|v| v.mechanism == flitnet_core::mechanism::ft2ei_dyn::NAME)
-        else {
-            return Ok(None);
-        };
-        let (k, n, ruft) = match topo.family {
-            Family::KaryNTree { k, n } => (k, n, false),
-            Family::Ruft { k, n } => (k, n, true),
-            _ => bail!(
-                "mechanism `{}` needs a k-ary n-tree or a RUFT, `{}` is neither",
-                v.name,
-                topo.name
-            ),
-        };
-        Ok(Ft2eiDynConfig::of_variant(v, k, n).map(|c| Ft2eiDynConfig { ruft, ..c }))
+        Ok(registry::plan(v, run)?.map(Arc::from))
     }
 
     /// Whether `topo` with `vcs` virtual channels can run it.
@@ -124,6 +117,107 @@ impl Mechanism {
         }
         Ok(())
     }
+}
+
+/// Installs a mechanism's bring-up configuration in every live node that
+/// has one, and records it.
+pub fn install(fabric: &Fabric, plan: &dyn MechanismPlan, events: &EventLog) -> Result<()> {
+    let variant = plan.variant();
+    let answers = fabric
+        .broadcast(
+            |n| plan.bring_up(n).is_some(),
+            |n| Request::ConfigureMechanism {
+                mechanism: variant.mechanism.to_string(),
+                config: plan.bring_up(n),
+            },
+        )
+        .with_context(|| format!("configuring mechanism `{}`", variant.name))?;
+    let configured = !answers.is_empty();
+    if let (true, Some(config)) = (configured, plan.describe()) {
+        events.record(ControllerEvent::MechanismConfigured {
+            mechanism: variant.name.to_string(),
+            config,
+        });
+    }
+    Ok(())
+}
+
+/// Pushes a mechanism's answer to the fault set `faults` to the live
+/// nodes; returns the event-log record of what they made of it.
+pub fn answer_faults(
+    fabric: &Fabric,
+    plan: &dyn MechanismPlan,
+    faults: &FaultSet,
+    events: &EventLog,
+) -> Result<Record> {
+    let variant = plan.variant();
+    let answers = fabric
+        .broadcast(
+            |n| plan.on_faults(faults, n).is_some(),
+            |n| Request::ConfigureMechanism {
+                mechanism: variant.mechanism.to_string(),
+                config: plan.on_faults(faults, n),
+            },
+        )
+        .with_context(|| format!("pushing the fault set to mechanism `{}`", variant.name))?;
+    let mut bodies = Vec::with_capacity(answers.len());
+    for (_, reply) in answers {
+        if let Some(answer) = reply.into_mechanism_answer()? {
+            bodies.push(answer);
+        }
+    }
+    let answered = plan.faults_answered(&bodies)?;
+    Ok(events.record(ControllerEvent::RoutesInstalled(installed(
+        plan, faults, &answered,
+    ))))
+}
+
+/// The record of a mechanism's answer to faults: the same event as a
+/// switch re-route (reports time recovery by it), saying what the nodes
+/// made of it.
+pub fn installed(
+    plan: &dyn MechanismPlan,
+    faults: &FaultSet,
+    answered: &FaultsAnswered,
+) -> RoutesInstalled {
+    RoutesInstalled {
+        engine: answered.engine.into(),
+        failed_links: Some(faults.links.iter().copied().collect()),
+        mechanism: Some(plan.variant().name.to_string()),
+        faulty_links: Some(faults.links.len()),
+        routed_pairs: Some(answered.routed_pairs),
+        not_tolerated_pairs: Some(answered.not_tolerated_pairs),
+        disconnected_pairs: Some(answered.disconnected_pairs),
+        ..RoutesInstalled::default()
+    }
+}
+
+/// A mechanism's section of the run report, from the daemons' last
+/// reports (`drops_at_switchover`: switch drops once its answer to faults
+/// had settled, if measured).
+pub fn report(
+    plan: &dyn MechanismPlan,
+    switches: &SwitchReports,
+    hosts: &HostReports,
+    drops_at_switchover: Option<u64>,
+) -> Option<MechanismReport> {
+    let sum = |f: fn(&SwitchReport) -> u64| -> u64 { switches.iter().map(|(_, r)| f(r)).sum() };
+    plan.report(&Reported {
+        switches: switches.iter().map(|(_, r)| &r.counters).collect(),
+        hosts: hosts.iter().map(|(_, r)| &r.endpoint).collect(),
+        switch_drops: sum(SwitchReport::dropped_flits),
+        lost_at_disabled_ports: sum(|r| r.rx_dropped_down),
+        drops_at_switchover,
+    })
+}
+
+/// Every live switch's drops, summed.
+pub fn total_switch_drops(fabric: &Fabric) -> Result<u64> {
+    Ok(fabric
+        .switch_reports()?
+        .iter()
+        .map(|(_, r)| r.dropped_flits())
+        .sum())
 }
 
 impl std::fmt::Display for Mechanism {

@@ -22,10 +22,6 @@ use flitnet_core::host::retained::ReleasePolicy;
 use flitnet_core::host::source::{MessageLength, OfferedLoad, SourceConfig};
 use flitnet_core::host::traffic::TrafficPattern;
 use flitnet_core::link::LinkEvent;
-use flitnet_core::mechanism::dlr::{DlrConfig, DlrSwitch};
-use flitnet_core::mechanism::ft2ei_dyn::Ft2eiDynConfig;
-use flitnet_core::mechanism::intermediate::IntermediateRoutes;
-use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::mechanism::sbrp::host::SbrpConfig;
 use flitnet_core::routing::RoutingTables;
 use flitnet_core::sim::Fabric;
@@ -110,9 +106,8 @@ pub struct Plan {
     /// The controller re-routes (or pushes the fault set) on detected faults.
     pub reroute: bool,
     pub reconfiguration: Reconfiguration,
-    pub dlr: Option<DlrConfig>,
-    pub ft2ei: Option<Ft2eiDynConfig>,
-    pub intermediate: Option<(crate::mechanism::Mechanism, u8)>,
+    /// The mechanism's controller half, if it has one.
+    pub mechanism: Option<crate::mechanism::Plan>,
     pub steps: Vec<Step>,
     /// Host seed (`--seed`, the scenario's `seed`).
     pub seed: u64,
@@ -322,12 +317,16 @@ impl<'p> Sim<'p> {
                 protocol: params.recovery,
                 ..SbrpConfig::default()
             })?;
-            hosts.push(e);
-        }
-        if let Some(c) = plan.dlr {
-            for s in 0..topo.num_switches() as u32 {
-                DlrSwitch::from_topology(c, topo, s)?;
+            if let Some(m) = &plan.mechanism {
+                if let Some(config) = m.bring_up(NodeRef::Host(h)) {
+                    flitnet_core::mechanism::configure_host(
+                        &mut e,
+                        m.variant().mechanism,
+                        Some(&config),
+                    )?;
+                }
             }
+            hosts.push(e);
         }
         let mut switches = Vec::with_capacity(topo.num_switches());
         for s in 0..topo.num_switches() as SwitchId {
@@ -551,38 +550,40 @@ impl<'p> Sim<'p> {
         let faults = reroute.faults();
         let failed_links = reroute.failed_links();
         let started = self.now();
-        if let Some((variant, legs)) = self.plan.intermediate {
-            let mech: Mechanisms = variant
-                .intermediate()
-                .expect("the plan holds intermediate-node variants only");
-            let mut summaries = Vec::new();
+        if let Some(mech) = self.plan.mechanism.clone().filter(|m| m.answers_faults()) {
+            let variant = mech.variant();
+            let mut answers = Vec::new();
             let mut error = None;
             for h in 0..topo.num_hosts() as u32 {
-                match IntermediateRoutes::plan(topo, &faults, h, &mech, legs) {
-                    Ok(r) => {
-                        summaries.push(r.summary().clone());
-                        self.fabric.hosts[h as usize].set_intermediate_routes(Some(r));
-                    }
-                    Err(e) => error = Some(format!("{e}")),
+                let Some(config) = mech.on_faults(&faults, NodeRef::Host(h)) else {
+                    continue;
+                };
+                match flitnet_core::mechanism::configure_host(
+                    &mut self.fabric.hosts[h as usize],
+                    variant.mechanism,
+                    Some(&config),
+                ) {
+                    Ok(answer) => answers.extend(answer),
+                    Err(e) => error = Some(e.to_string()),
                 }
             }
+            let answered = mech.faults_answered(&answers).map_err(|e| e.to_string());
             let done = started + self.plan.timing.install_ns;
             self.run_fabric_only(done);
-            if let Some(error) = error {
-                self.record_at(
-                    self.now(),
-                    ControllerEvent::RerouteFailed {
-                        failed_links,
-                        error,
-                    },
-                );
-                return;
-            }
-            let event = crate::mechanism::intermediate::installed(
-                &variant.to_string(),
-                &faults,
-                &summaries,
-            );
+            let answered = match (error, answered) {
+                (None, Ok(a)) => a,
+                (Some(error), _) | (None, Err(error)) => {
+                    self.record_at(
+                        self.now(),
+                        ControllerEvent::RerouteFailed {
+                            failed_links,
+                            error,
+                        },
+                    );
+                    return;
+                }
+            };
+            let event = crate::mechanism::installed(mech.as_ref(), &faults, &answered);
             self.record_at(self.now(), ControllerEvent::RoutesInstalled(event));
             self.decider.routed(reroute);
             self.reroutes += 1;
@@ -963,11 +964,18 @@ impl<'p> Sim<'p> {
         let first = self.initial.engine.clone();
         self.record_at(0, ControllerEvent::first_routes(&first));
         // The switches were configured as they were made (`fresh_switch`).
-        if let Some(c) = plan.dlr {
-            self.record_at(0, ControllerEvent::LocalRerouteConfigured { config: c });
-        }
-        if let Some(c) = plan.ft2ei {
-            self.record_at(0, ControllerEvent::Ft2eiDynConfigured { config: c });
+        if let Some((m, config)) = plan
+            .mechanism
+            .as_ref()
+            .and_then(|m| m.describe().map(|c| (m, c)))
+        {
+            self.record_at(
+                0,
+                ControllerEvent::MechanismConfigured {
+                    mechanism: m.variant().name.to_string(),
+                    config,
+                },
+            );
         }
         // Bring-up: the links find their peers before traffic starts.
         let bring_up = plan.params.keepalive_interval_ns.clamp(100_000, 1_000_000);
@@ -1019,7 +1027,7 @@ impl<'p> Sim<'p> {
                 (None, None) => None,
             };
             step_records.push(record);
-            if plan.intermediate.is_some() && switchover.is_none() {
+            if plan.mechanism.as_ref().is_some_and(|m| m.answers_faults()) && switchover.is_none() {
                 switchover = Some(at);
             }
         }
@@ -1209,16 +1217,15 @@ fn fresh_switch(plan: &Plan, s: SwitchId, epoch: u16, tables: &RoutingTables) ->
             let _ = sw.set_port_admin(port as PortNo, false);
         }
     }
-    if let Some(c) = plan.dlr {
-        let info = &topo.switches[s as usize];
-        let d = DlrSwitch::new(c, s, info.level.unwrap_or(0), info.label.clone())?;
-        sw.set_local_reroute(Some(d))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    if let Some(c) = plan.ft2ei {
-        let st = c.switch(s).map_err(|e| anyhow::anyhow!("{e}"))?;
-        sw.set_ft2ei_dyn(Some(st))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(m) = &plan.mechanism {
+        if let Some(config) = m.bring_up(NodeRef::Switch(s)) {
+            flitnet_core::mechanism::configure_switch(
+                &mut sw,
+                s,
+                m.variant().mechanism,
+                Some(&config),
+            )?;
+        }
     }
     sw.install_table(
         tables.switches[s as usize].clone(),

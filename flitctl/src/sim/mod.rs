@@ -16,7 +16,6 @@ pub mod swarm;
 use crate::chaos::{self, Applied, ChaosReport};
 use crate::events::ControllerEvent;
 use crate::fabric::Reconfiguration;
-use crate::mechanism::intermediate::IntermediateSetup;
 use crate::report::{self, FaultTiming, RunReport};
 use crate::scenario::{Action, ActionKind, Scenario, Target};
 use crate::session::Collected;
@@ -264,17 +263,15 @@ pub fn scenario_plan(scenario: &Scenario) -> Result<Plan> {
         bail!("tun: the simulator has no IP interfaces (they carry real packets between processes); run the scenario with `flitctl chaos`");
     }
     let params = f.params();
-    let intermediate = IntermediateSetup::of(topo, f.mechanism.fabric(), params.vcs)?;
+    let mechanism = scenario.plan()?;
     Ok(Plan {
         topo: topo.clone(),
         spec: f.traffic.spec(f.seed),
         engine: f.engine.clone(),
-        tables: intermediate.as_ref().map(|i| i.tables.clone()),
+        tables: mechanism.as_ref().and_then(|m| m.tables()).cloned(),
         reroute: f.mechanism.acts_on_faults(),
         reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, topo),
-        dlr: f.mechanism.dlr(topo)?,
-        ft2ei: None,
-        intermediate: intermediate.map(|i| (i.mechanism, i.legs)),
+        mechanism,
         steps: scenario.actions.iter().map(|a| step_of(topo, a)).collect(),
         seed: f.seed,
         params,
@@ -413,28 +410,10 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
         withhold,
     } = crate::up::UpFaults::of(args, &topo)?;
     // `--kill-by carrier` is the simulator's pulled cable: no Ethernet needed.
-    let intermediate = IntermediateSetup::of(&topo, args.mechanism, args.fabric.vcs)?;
-    if intermediate.is_some() && args.tables.is_some() {
-        bail!(
-            "--mechanism {} installs its own tables; drop --tables",
-            args.mechanism
-        );
-    }
-    let dlr = args.mechanism.dlr(&topo)?;
-    if let Some(c) = dlr {
-        if c.vcs_needed() > args.fabric.vcs {
-            bail!(
-                "--mechanism {} needs {} virtual channels; run with --vcs {}",
-                args.mechanism.name(),
-                c.vcs_needed(),
-                c.vcs_needed()
-            );
-        }
-    }
-    let ft2ei = crate::up::check_ft2ei_dyn(args, &topo)?;
-    let tables = match (&args.tables, &intermediate) {
+    let mechanism = args.mechanism.plan(&args.run_spec(&topo))?;
+    let tables = match (&args.tables, mechanism.as_ref().and_then(|m| m.tables())) {
         (Some(path), _) => Some(crate::route::load_tables(&topo, path)?),
-        (None, Some(i)) => Some(i.tables.clone()),
+        (None, Some(t)) => Some(t.clone()),
         (None, None) => None,
     };
     let mut steps = Vec::new();
@@ -538,9 +517,7 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
             engine: args.engine.clone(),
             tables,
             reroute: args.recovery == Recovery::Reroute,
-            dlr,
-            ft2ei,
-            intermediate: intermediate.map(|i| (i.mechanism, i.legs)),
+            mechanism,
             steps,
             seed: args.seed,
             params,
@@ -608,26 +585,17 @@ pub fn run_up(args: &UpArgs, events: Option<&Path>) -> Result<UpOutcome> {
     }
     run.account_unreachable(topo, &out.hosts, &unreachable);
     let reroutes = out.switches.iter().map(|(_, r)| r.counters.reroutes).sum();
-    let intermediate = plan.intermediate.map(|(m, legs)| {
-        let setup = IntermediateSetup {
-            mechanism: m,
-            mechanisms: m
-                .intermediate()
-                .expect("the plan holds intermediate-node variants only"),
-            legs,
-            tables: plan.tables.clone().unwrap_or_else(|| out.tables.clone()),
-            drops_at_switchover: out.drops_at_switchover,
-        };
-        setup.report(&out.switches, &out.hosts)
+    let mechanism = plan.mechanism.as_ref().and_then(|m| {
+        crate::mechanism::report(
+            m.as_ref(),
+            &out.switches,
+            &out.hosts,
+            out.drops_at_switchover,
+        )
     });
-    let ft2ei = plan
-        .ft2ei
-        .map(|_| crate::mechanism::ft2ei_dyn::Ft2eiDynReport::from_switches(&out.switches));
     Ok(UpOutcome {
         run,
         reroutes,
-        dlr: plan.dlr.is_some(),
-        intermediate,
-        ft2ei,
+        mechanism,
     })
 }

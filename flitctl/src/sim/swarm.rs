@@ -242,14 +242,22 @@ impl Case {
                 RecoveryProtocol::None,
             ),
         };
+        // As many VCs as the mechanism's controller half asks for (its
+        // tables', or its variant's), at least 2.
         let mut vcs: u8 = 2;
-        if let Some(c) = mechanism.dlr(&topo)? {
-            vcs = vcs.max(c.vcs_needed());
-        }
-        if let Some(setup) =
-            crate::mechanism::intermediate::IntermediateSetup::of(&topo, mechanism.fabric(), 15)?
+        let run = flitnet_core::mechanism::RunSpec {
+            topo: &topo,
+            vcs: 15,
+            engine: "auto",
+            tables_given: false,
+            controller_reroutes: false,
+            recovery: RecoveryProtocol::None,
+            kills_switches: false,
+        };
+        if let (Some(v), Some(plan)) =
+            (mechanism.fabric().variant(), mechanism.fabric().plan(&run)?)
         {
-            vcs = vcs.max(setup.tables.vcs);
+            vcs = vcs.max(plan.tables().map_or((v.vcs_needed)(&topo), |t| t.vcs));
         }
         // Traffic.
         let duration = Duration::from_millis(rng.gen_range(20..=40));

@@ -5,14 +5,17 @@
 //! tests and the connectivity analysis).
 
 pub mod logic;
+pub mod plan;
 pub mod switch;
 pub mod walk;
 
 pub use logic::*;
 pub use switch::RerouteConfigError;
 
-use super::{Applies, Mechanism, Variant};
-use crate::topology::{Family, Topology};
+use super::{Applies, ConfigureError, Mechanism, MechanismPlan, NodeConfig, PlanError};
+use super::{RunSpec, Variant};
+use crate::switch::Switch;
+use crate::topology::{Family, SwitchId, Topology};
 
 /// The mechanism's registry name.
 pub const NAME: &str = "dlr";
@@ -60,6 +63,21 @@ impl Mechanism for Dlr {
     }
     fn variants(&self) -> &'static [Variant] {
         VARIANTS
+    }
+    fn plan(
+        &self,
+        variant: &'static Variant,
+        run: &RunSpec<'_>,
+    ) -> Result<Option<Box<dyn MechanismPlan>>, PlanError> {
+        Ok(Some(Box::new(plan::DlrPlan::new(variant, run)?)))
+    }
+    fn configure_switch(
+        &self,
+        sw: &mut Switch,
+        id: SwitchId,
+        config: Option<&NodeConfig>,
+    ) -> Result<(), ConfigureError> {
+        plan::configure_switch(sw, id, config)
     }
 }
 

@@ -3,14 +3,17 @@
 //! intervals themselves, by control packets, while traffic runs. The
 //! protocol is [`protocol`]; its place in the switch pipeline is [`switch`].
 
+pub mod plan;
 pub mod protocol;
 pub mod switch;
 
 pub use protocol::*;
 pub use switch::{ctrl_flit, decode_ctrl, encode_ctrl, Ft2eiConfigError};
 
-use super::{Applies, Mechanism, Variant};
-use crate::topology::Topology;
+use super::{Applies, ConfigureError, Mechanism, MechanismPlan, NodeConfig, PlanError};
+use super::{RunSpec, Variant};
+use crate::switch::Switch;
+use crate::topology::{SwitchId, Topology};
 
 /// The mechanism's registry name.
 pub const NAME: &str = "ft2ei-dyn";
@@ -42,10 +45,25 @@ impl Mechanism for Ft2eiDyn {
         NAME
     }
     fn applies(&self) -> Applies {
-        Applies::KaryNTree
+        Applies::FatTree
     }
     fn variants(&self) -> &'static [Variant] {
         VARIANTS
+    }
+    fn plan(
+        &self,
+        variant: &'static Variant,
+        run: &RunSpec<'_>,
+    ) -> Result<Option<Box<dyn MechanismPlan>>, PlanError> {
+        Ok(Some(Box::new(plan::Ft2eiDynPlan::new(variant, run)?)))
+    }
+    fn configure_switch(
+        &self,
+        sw: &mut Switch,
+        id: SwitchId,
+        config: Option<&NodeConfig>,
+    ) -> Result<(), ConfigureError> {
+        plan::configure_switch(sw, id, config)
     }
 }
 

@@ -18,6 +18,7 @@
 pub mod cube;
 pub mod host;
 pub mod legs;
+pub mod plan;
 pub mod select;
 pub mod switch;
 
@@ -26,7 +27,9 @@ pub use host::{Applied, IntermediateRoutes, IntermediateStats, RouteTableSummary
 pub use legs::{Leg, LegKind, MechanismUse, Mechanisms, Route, RouteChoice};
 pub use select::{choose_route, RoutePlanner};
 
-use super::{Applies, Mechanism, Variant};
+use super::{Applies, ConfigureError, Mechanism, MechanismPlan, NodeConfig, PlanError};
+use super::{RunSpec, Variant};
+use crate::host::endpoint::HostEndpoint;
 use crate::switch::hook::SwitchHook;
 use crate::topology::{Family, Topology};
 
@@ -110,6 +113,20 @@ impl Mechanism for Intermediate {
     }
     fn standing_hook(&self) -> Option<Box<dyn SwitchHook>> {
         Some(Box::new(switch::LegsHook))
+    }
+    fn plan(
+        &self,
+        variant: &'static Variant,
+        run: &RunSpec<'_>,
+    ) -> Result<Option<Box<dyn MechanismPlan>>, PlanError> {
+        Ok(Some(Box::new(plan::IntermediatePlan::new(variant, run)?)))
+    }
+    fn configure_host(
+        &self,
+        host: &mut HostEndpoint,
+        config: Option<&NodeConfig>,
+    ) -> Result<Option<NodeConfig>, ConfigureError> {
+        plan::configure_host(host, config)
     }
 }
 
