@@ -144,7 +144,7 @@ fn a_mechanism_needing_more_vcs_than_configured_is_refused_before_bring_up() {
     .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("mesh or torus"), "{err}");
+    assert!(err.contains("applies to meshes and tori only"), "{err}");
 }
 
 #[test]

@@ -77,6 +77,44 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
     }
 }
 
+/// A mechanism's controller half is driven the same way by every front
+/// end: the dynamic FT²EI scenario configures the switches through the
+/// registry, the switches exclude the dead link on their own (no re-route),
+/// and the report carries the mechanism's own section.
+#[test]
+fn a_scenario_runs_dynamic_ft2ei_and_reports_its_section() {
+    let file = workspace_dir().join("topologies/scenarios/kary-4-2-ft2ei-dyn.yaml");
+    let r = flitctl_json(&["sim", file.to_str().unwrap()]).unwrap();
+    let f = &r["ft2ei"];
+    assert!(f["exclusion_updates"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(f["ctrl_sent"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(r["reroutes"], 0, "the controller re-routed: {r:#}");
+    // A run without the ft2ei engine is refused before anything starts.
+    let dir = scratch("ft2ei-wrong-engine");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrong = dir.join("wrong.yaml");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("engine: ft2ei", "engine: dmodk")
+        .replace(
+            "../kary-4-2.yaml",
+            workspace_dir()
+                .join("topologies/kary-4-2.yaml")
+                .to_str()
+                .unwrap(),
+        );
+    std::fs::write(&wrong, text).unwrap();
+    let out = flitctl(&["sim", wrong.to_str().unwrap()]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("mechanism `ft2ei-dyn`")
+            && err.contains("engine: ft2ei"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_same_seed_gives_the_same_event_log_byte_for_byte() {
     let scenario = workspace_dir().join("topologies/scenarios/hypercube-4-sbrp2.yaml");

@@ -146,6 +146,13 @@ pub struct ChaosReport {
     pub plot: String,
     pub promise: String,
     pub promise_kept: bool,
+    /// The mechanism's own section (`ft2ei`, `intermediate`, `dlr`, …),
+    /// under its key, as in `up`'s report.
+    #[serde(flatten)]
+    pub mechanism_section: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Its one line for the text report.
+    #[serde(skip)]
+    pub mechanism_line: Option<String>,
 }
 
 /// Applied action and the controller's record of it.
@@ -826,6 +833,9 @@ pub fn run_scenario(
         failed_actions: ctl.failed_actions.clone(),
         plot,
         flows: &flows,
+        mechanism_report: plan.as_ref().and_then(|p| {
+            crate::mechanism::report(p.as_ref(), &collected.switches, &collected.hosts, None)
+        }),
     });
     report.pingall = pingall;
     report.iperf3 = iperf3;
@@ -871,6 +881,8 @@ pub(crate) struct Assembly<'a> {
     /// Application flows' throughput (Mbit per emulated second), plotted
     /// beside the fabric's.
     pub flows: &'a [plot::Series],
+    /// The mechanism's section of the report, if it has one.
+    pub mechanism_report: Option<flitnet_core::mechanism::MechanismReport>,
 }
 
 impl ChaosReport {
@@ -930,6 +942,12 @@ impl ChaosReport {
             plot: a.plot,
             promise,
             promise_kept,
+            mechanism_section: a
+                .mechanism_report
+                .iter()
+                .map(|r| (r.key.to_string(), r.body.clone()))
+                .collect(),
+            mechanism_line: a.mechanism_report.map(|r| r.line),
         };
         (report, svg)
     }
@@ -1095,6 +1113,9 @@ impl fmt::Display for ChaosReport {
             self.scenario, self.mechanism
         )?;
         write!(f, "{}", self.run)?;
+        if let Some(line) = &self.mechanism_line {
+            writeln!(f, "{line}")?;
+        }
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
         for a in &self.actions {
             write!(f, "  {:>7.3}s  {:<15} {:<24}", a.at_s, a.action, a.element)?;

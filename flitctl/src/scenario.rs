@@ -1302,7 +1302,7 @@ mod tests {
             "{err}"
         );
         let few_vcs = "topology: ../kary-4-2.yaml\nmechanism: dlr\n";
-        assert!(format!("{:#}", parse(few_vcs).unwrap_err()).contains("set fabric.vcs: 3"));
+        assert!(format!("{:#}", parse(few_vcs).unwrap_err()).contains("fabric.vcs: 3"));
         let dlr = "topology: ../kary-4-2.yaml\nmechanism: dlr-link\nfabric: {vcs: 2}\n";
         let m = parse(dlr).unwrap().file.mechanism;
         assert!(!m.acts_on_faults() && !m.promises_delivery());

@@ -341,15 +341,9 @@ impl Daemon for HostNode {
             counter!("flitnet_drops_total", "host" => host.clone(), "reason" => reason)
                 .absolute(flits);
         }
-        let i = &r.intermediate;
-        counter!("flitnet_host_intermediate_packets_total", "host" => host.clone())
-            .absolute(i.packets_via_intermediate);
-        counter!("flitnet_host_deterministic_packets_total", "host" => host.clone())
-            .absolute(i.packets_deterministic);
-        counter!("flitnet_host_unrouted_packets_total", "host" => host.clone())
-            .absolute(i.packets_unrouted);
-        counter!("flitnet_host_misrouted_packets_total", "host" => host.clone())
-            .absolute(i.packets_misrouted);
+        for m in flitnet_core::mechanism::host_metrics() {
+            counter!(m.name, "host" => host.clone()).absolute((m.value)(&r));
+        }
         // Zero without an IP interface, like the other mechanism counters:
         // a dashboard shows 0, not "no data".
         let ip = self.ip.as_ref().map(|ip| ip.stats).unwrap_or_default();
@@ -405,27 +399,14 @@ fn describe_metrics() {
             "Flits the receiver discarded, by reason.",
         ),
         (
-            "flitnet_host_intermediate_packets_total",
-            "Packets injected with intermediate nodes in the head (seed 004).",
-        ),
-        (
-            "flitnet_host_deterministic_packets_total",
-            "Packets injected with adaptive routing disabled on some leg (seed 004 D).",
-        ),
-        (
-            "flitnet_host_misrouted_packets_total",
-            "Packets injected with forced misroute runs (seed 004 M).",
-        ),
-        (
             "flitnet_host_ip_packets_total",
             "IP packets of the host's tun interface, by event (sent, unroutable, refused, received, write-dropped).",
         ),
-        (
-            "flitnet_host_unrouted_packets_total",
-            "Packets for destinations no allowed intermediate-node route reaches safely.",
-        ),
     ] {
         describe_counter!(name, help);
+    }
+    for m in flitnet_core::mechanism::host_metrics() {
+        describe_counter!(m.name, m.help);
     }
     describe_gauge!(
         "flitnet_emulation_lag_seconds",

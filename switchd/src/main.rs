@@ -249,8 +249,8 @@ impl Daemon for SwitchNode {
     }
 
     fn after_io(&mut self, now: u64) {
-        if let Some(e) = self.switch.take_ft2ei_error() {
-            tracing::warn!("dynamic FT²EI: {e}");
+        while let Some((mechanism, e)) = self.switch.take_mechanism_warning() {
+            tracing::warn!(%mechanism, "{e}");
         }
         while let Some(ev) = self.switch.poll_event() {
             match ev {
@@ -367,15 +367,9 @@ impl Daemon for SwitchNode {
             };
             counter!(family, "switch" => sw.clone(), "reason" => r.name()).absolute(c.drops.get(r));
         }
-        counter!("flitnet_reroutes_total", "switch" => sw.clone()).absolute(c.reroutes);
-        counter!("flitnet_intermediate_pops_total", "switch" => sw.clone())
-            .absolute(c.intermediate_pops);
-        counter!("flitnet_misroute_hops_total", "switch" => sw.clone()).absolute(c.misroute_hops);
-        let f = &c.ft2ei;
-        counter!("flitnet_ft2ei_ctrl_sent_total", "switch" => sw.clone()).absolute(f.ctrl_sent);
-        counter!("flitnet_ft2ei_exclusion_updates_total", "switch" => sw.clone())
-            .absolute(f.exclusion_updates);
-        counter!("flitnet_ft2ei_deflections_total", "switch" => sw.clone()).absolute(f.deflections);
+        for m in flitnet_core::mechanism::switch_metrics() {
+            counter!(m.name, "switch" => sw.clone()).absolute((m.value)(c));
+        }
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }
 }
@@ -419,32 +413,11 @@ fn describe_metrics() {
             "flitnet_dropped_datagrams_total",
             "Datagrams dropped whole, by reason (bad-datagram: undecodable).",
         ),
-        (
-            "flitnet_reroutes_total",
-            "Packets sent around a dead port by dynamic local rerouting.",
-        ),
-        (
-            "flitnet_ft2ei_ctrl_sent_total",
-            "Dynamic FT²EI control packets sent (seed 000 §4.5).",
-        ),
-        (
-            "flitnet_ft2ei_exclusion_updates_total",
-            "Exclusion-interval updates applied by dynamic FT²EI.",
-        ),
-        (
-            "flitnet_ft2ei_deflections_total",
-            "Packets sent down an FT²EI emergency path (seed 000 §4.6).",
-        ),
-        (
-            "flitnet_misroute_hops_total",
-            "Forced misroute hops heads took here (seed 004 M).",
-        ),
-        (
-            "flitnet_intermediate_pops_total",
-            "Heads that reached their intermediate node here and started their next leg (seed 004).",
-        ),
     ] {
         describe_counter!(name, help);
+    }
+    for m in flitnet_core::mechanism::switch_metrics() {
+        describe_counter!(m.name, m.help);
     }
     for (name, help) in [
         (

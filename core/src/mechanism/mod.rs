@@ -130,6 +130,16 @@ pub trait Mechanism: Sync {
         None
     }
 
+    /// The counters its switch half exports.
+    fn switch_metrics(&self) -> &'static [SwitchMetric] {
+        &[]
+    }
+
+    /// The counters its host half exports.
+    fn host_metrics(&self) -> &'static [HostMetric] {
+        &[]
+    }
+
     /// Its controller half for a run of `variant` (one of its own), checked
     /// against the run before anything starts; `None` when the controller
     /// has nothing to install for it.
@@ -165,6 +175,32 @@ pub trait Mechanism: Sync {
         let _ = (host, config);
         Err(ConfigureError::NotOnHosts(self.name()))
     }
+}
+
+/// A Prometheus counter a mechanism's switch half keeps, read from the
+/// switch's counters (the switch daemon exports it with a `switch` label).
+pub struct SwitchMetric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub value: fn(&crate::switch::SwitchCounters) -> u64,
+}
+
+/// A Prometheus counter a mechanism's host half keeps, read from the host's
+/// report (the host daemon exports it with a `host` label).
+pub struct HostMetric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub value: fn(&crate::host::endpoint::HostReport) -> u64,
+}
+
+/// Every registered mechanism's switch counters.
+pub fn switch_metrics() -> impl Iterator<Item = &'static SwitchMetric> {
+    REGISTRY.iter().flat_map(|m| m.switch_metrics().iter())
+}
+
+/// Every registered mechanism's host counters.
+pub fn host_metrics() -> impl Iterator<Item = &'static HostMetric> {
+    REGISTRY.iter().flat_map(|m| m.host_metrics().iter())
 }
 
 /// The controller half of a run of `variant`, checked against `run`.

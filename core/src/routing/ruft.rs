@@ -12,7 +12,7 @@
 //! that output, and packets for them are dropped there at once instead of
 //! waiting for a link that will never take them. [`ruft_exclusions`] is the
 //! same rule the switches apply dynamically
-//! ([`crate::recovery::ft2ei_dyn`]).
+//! ([`crate::mechanism::ft2ei_dyn`]).
 
 use super::tables::{Interval, IntervalTable, PortIntervals, RoutingTables, SwitchTable};
 use crate::topology::{FaultSet, HostId, NodeRef, PortNo, Topology};

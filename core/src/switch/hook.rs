@@ -131,6 +131,12 @@ pub trait SwitchHook: Any + Send {
     }
 
     /// Flits the hook holds that are still in the network's care.
+    /// A problem worth a warning in the daemon's log (counted by the
+    /// mechanism too), taken so that the owner logs each once.
+    fn take_warning(&mut self) -> Option<String> {
+        None
+    }
+
     fn in_flight_flits(&self) -> u64 {
         0
     }

@@ -426,6 +426,14 @@ impl Switch {
         });
     }
 
+    /// The next warning a mechanism raised (`(mechanism, text)`), taken so
+    /// that the owner logs each once.
+    pub fn take_mechanism_warning(&mut self) -> Option<(&'static str, String)> {
+        self.hooks
+            .iter_mut()
+            .find_map(|h| h.hook.take_warning().map(|w| (h.hook.name(), w)))
+    }
+
     /// Index of the first local input VC (no link behind it).
     pub(crate) fn local_input(&self) -> usize {
         self.cfg.radix * self.cfg.vcs as usize

@@ -429,7 +429,7 @@ impl<'p> Sim<'p> {
             return;
         }
         let s = i - h;
-        let _ = self.fabric.switches[s].take_ft2ei_error();
+        while self.fabric.switches[s].take_mechanism_warning().is_some() {}
         while let Some(ev) = self.fabric.switches[s].poll_event() {
             let kind = match ev {
                 SwitchEvent::PortDown { port, admin } => {

@@ -390,6 +390,14 @@ pub fn chaos_report(
             None => "(not written; --plot FILE writes it)".into(),
         },
         flows: &[],
+        mechanism_report: plan.mechanism.as_ref().and_then(|m| {
+            crate::mechanism::report(
+                m.as_ref(),
+                &out.switches,
+                &out.hosts,
+                out.drops_at_switchover,
+            )
+        }),
     });
     if let Some(p) = plot_path {
         std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;

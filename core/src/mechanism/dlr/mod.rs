@@ -64,6 +64,13 @@ impl Mechanism for Dlr {
     fn variants(&self) -> &'static [Variant] {
         VARIANTS
     }
+    fn switch_metrics(&self) -> &'static [super::SwitchMetric] {
+        &[super::SwitchMetric {
+            name: "flitnet_reroutes_total",
+            help: "Packets sent around a dead port by dynamic local rerouting.",
+            value: |c| c.reroutes,
+        }]
+    }
     fn plan(
         &self,
         variant: &'static Variant,

@@ -50,6 +50,25 @@ impl Mechanism for Ft2eiDyn {
     fn variants(&self) -> &'static [Variant] {
         VARIANTS
     }
+    fn switch_metrics(&self) -> &'static [super::SwitchMetric] {
+        &[
+            super::SwitchMetric {
+                name: "flitnet_ft2ei_ctrl_sent_total",
+                help: "Dynamic FT²EI control packets sent (Fault-Tolerant Routing in Fat Trees with Exclusion Intervals, §4.5).",
+                value: |c| c.ft2ei.ctrl_sent,
+            },
+            super::SwitchMetric {
+                name: "flitnet_ft2ei_exclusion_updates_total",
+                help: "Exclusion-interval updates applied by dynamic FT²EI.",
+                value: |c| c.ft2ei.exclusion_updates,
+            },
+            super::SwitchMetric {
+                name: "flitnet_ft2ei_deflections_total",
+                help: "Packets sent down an FT²EI emergency path (§4.6).",
+                value: |c| c.ft2ei.deflections,
+            },
+        ]
+    }
     fn plan(
         &self,
         variant: &'static Variant,

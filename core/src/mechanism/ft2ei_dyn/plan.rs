@@ -37,14 +37,15 @@ impl Ft2eiDynPlan {
         if run.engine != "ft2ei" || run.tables_given {
             return Err(PlanError::new(
                 variant,
-                "routes with the FT²EI interval tables: run with the ft2ei engine and no tables file",
+                "routes with the FT²EI interval tables: run with --engine ft2ei and no --tables \
+                 (engine: ft2ei in a scenario)",
             ));
         }
         if run.controller_reroutes {
             return Err(PlanError::new(
                 variant,
-                "reconfigures the switches by itself: run without controller re-routing \
-                 (it would hide the mechanism)",
+                "reconfigures the switches by itself: run with --recovery none (a controller \
+                 re-route would hide it)",
             ));
         }
         let config = Ft2eiDynConfig::of_variant(variant, k, n)

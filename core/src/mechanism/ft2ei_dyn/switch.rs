@@ -288,6 +288,10 @@ impl SwitchHook for Ft2eiHook {
         true
     }
 
+    fn take_warning(&mut self) -> Option<String> {
+        self.error.take()
+    }
+
     fn in_flight_flits(&self) -> u64 {
         self.ctrl_pending.len() as u64
     }
@@ -332,12 +336,6 @@ impl Switch {
 
     pub fn ft2ei_dyn(&self) -> Option<&Ft2eiDynSwitch> {
         self.hook::<Ft2eiHook>().map(|h| &h.state)
-    }
-
-    /// The last protocol error (counted in `counters().ft2ei.errors`),
-    /// taken so that the owner logs each once.
-    pub fn take_ft2ei_error(&mut self) -> Option<String> {
-        self.hook_mut::<Ft2eiHook>()?.error.take()
     }
 }
 
@@ -524,6 +522,11 @@ mod tests {
         bad.payload = Bytes::from_static(&[1, 2, 3]);
         assert!(r.run(Some((2, bad))).is_empty());
         assert_eq!(r.sw.counters().ft2ei.errors, 1);
-        assert!(r.sw.take_ft2ei_error().unwrap().contains("3-byte payload"));
+        assert!(r
+            .sw
+            .take_mechanism_warning()
+            .unwrap()
+            .1
+            .contains("3-byte payload"));
     }
 }

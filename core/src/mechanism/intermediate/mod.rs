@@ -111,6 +111,45 @@ impl Mechanism for Intermediate {
     fn variants(&self) -> &'static [Variant] {
         VARIANTS
     }
+    fn switch_metrics(&self) -> &'static [super::SwitchMetric] {
+        &[
+            super::SwitchMetric {
+                name: "flitnet_intermediate_pops_total",
+                help: "Heads that reached their intermediate node here and started their next leg.",
+                value: |c| c.intermediate_pops,
+            },
+            super::SwitchMetric {
+                name: "flitnet_misroute_hops_total",
+                help: "Forced misroute hops heads took here (intermediate-node variants with M).",
+                value: |c| c.misroute_hops,
+            },
+        ]
+    }
+    fn host_metrics(&self) -> &'static [super::HostMetric] {
+        &[
+            super::HostMetric {
+                name: "flitnet_host_intermediate_packets_total",
+                help: "Packets injected with intermediate nodes in the head.",
+                value: |r| r.intermediate.packets_via_intermediate,
+            },
+            super::HostMetric {
+                name: "flitnet_host_deterministic_packets_total",
+                help:
+                    "Packets injected with adaptive routing disabled on some leg (variants with D).",
+                value: |r| r.intermediate.packets_deterministic,
+            },
+            super::HostMetric {
+                name: "flitnet_host_misrouted_packets_total",
+                help: "Packets injected with forced misroute runs (variants with M).",
+                value: |r| r.intermediate.packets_misrouted,
+            },
+            super::HostMetric {
+                name: "flitnet_host_unrouted_packets_total",
+                help: "Packets for destinations no allowed intermediate-node route reaches safely.",
+                value: |r| r.intermediate.packets_unrouted,
+            },
+        ]
+    }
     fn standing_hook(&self) -> Option<Box<dyn SwitchHook>> {
         Some(Box::new(switch::LegsHook))
     }
