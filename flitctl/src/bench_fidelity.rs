@@ -33,12 +33,20 @@ pub struct BenchFidelityArgs {
     /// a quick check.
     #[arg(long)]
     pub quick: bool,
+    /// Only the fault rows (with `--quick`, only the first).
+    #[arg(long)]
+    pub faults_only: bool,
     /// Seed of the traffic, live and simulated.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print the rows as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Keep the topology files and every live run's directory (its
+    /// `reports.json`, events and logs) here, instead of a scratch
+    /// directory removed at the end.
+    #[arg(long, value_name = "DIR")]
+    pub keep_runs: Option<PathBuf>,
 }
 
 /// One row of the table.
@@ -315,13 +323,18 @@ fn fault_row(
 }
 
 pub fn run(args: BenchFidelityArgs) -> Result<()> {
-    let scratch = ScratchDir::new()?;
+    let scratch = ScratchDir::new(args.keep_runs.clone())?;
     let mut table = Vec::new();
     eprintln!(
         "load average before: {}",
         std::fs::read_to_string("/proc/loadavg")?.trim()
     );
-    for (i, (topo, load)) in rows(args.quick)?.into_iter().enumerate() {
+    let table_rows = if args.faults_only {
+        Vec::new()
+    } else {
+        rows(args.quick)?
+    };
+    for (i, (topo, load)) in table_rows.into_iter().enumerate() {
         let file = scratch.path().join(format!("topo-{i}.yaml"));
         std::fs::write(&file, topo.to_yaml())?;
         let (live, params) = live(&file, load, &args, scratch.path().join(format!("run-{i}")))?;
@@ -390,27 +403,38 @@ pub fn run(args: BenchFidelityArgs) -> Result<()> {
     Ok(())
 }
 
-/// A private directory for the topology files and run dirs, removed at
-/// the end.
-struct ScratchDir(PathBuf);
+/// The directory for the topology files and run dirs: a private one
+/// removed at the end, or the one `--keep-runs` names, left in place.
+struct ScratchDir {
+    path: PathBuf,
+    remove: bool,
+}
 
 impl ScratchDir {
-    fn new() -> Result<Self> {
-        let dir =
-            std::env::temp_dir().join(format!("flitnet-bench-fidelity-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        Ok(ScratchDir(dir))
+    fn new(keep: Option<PathBuf>) -> Result<Self> {
+        let (path, remove) = match keep {
+            Some(dir) => (dir, false),
+            None => {
+                let dir = std::env::temp_dir()
+                    .join(format!("flitnet-bench-fidelity-{}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                (dir, true)
+            }
+        };
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(ScratchDir { path, remove })
     }
 
     fn path(&self) -> &std::path::Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
     }
 }
 

@@ -74,6 +74,59 @@ pub struct ReproduceArgs {
     /// whole factor for every run.
     #[arg(long, default_value = "auto", value_name = "N|auto")]
     pub time_dilation: Dilation,
+    /// Seed 003's real-process runs per cell in local-rerouting mode (1 to
+    /// 24): run r kills router pair r mod 6 under traffic seed r / 6 + 1.
+    /// Default 12 (every pair under seeds 1 and 2); 1 with `--quick`. The
+    /// ordering's intervals are over runs, so fewer runs widen them.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=24))]
+    pub sbrp_local_runs: Option<u32>,
+    /// Seed 003's runs per cell in controller re-routing mode, under traffic
+    /// seeds 1 to N; 0 leaves that mode out. Default 4; 0 with `--quick`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub sbrp_controller_runs: Option<u32>,
+    /// Keepalive dead-after of seed 003's local-rerouting runs. The senders
+    /// hold every message 2 × this + 0.5 s, and each run drains until they
+    /// let go, so it sets most of a run's length; the neighbours of a killed
+    /// router are told at once, so it decides no detection.
+    #[arg(long, default_value = "3s", value_parser = flitctl::parse::parse_duration)]
+    pub sbrp_dead_after: std::time::Duration,
+}
+
+/// How many runs seed 003 makes and how long each lasts
+/// (`--sbrp-local-runs`, `--sbrp-controller-runs`, `--sbrp-dead-after`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sbrp003Runs {
+    /// Runs per cell in local-rerouting mode.
+    pub local: u32,
+    /// Runs per cell in controller re-routing mode (0: mode left out).
+    pub controller: u32,
+    /// Keepalive dead-after of the local-rerouting runs.
+    pub dead_after: std::time::Duration,
+}
+
+impl Sbrp003Runs {
+    /// The full section's runs.
+    pub const FULL: Sbrp003Runs = Sbrp003Runs {
+        local: 12,
+        controller: 4,
+        dead_after: std::time::Duration::from_secs(3),
+    };
+    /// `--quick`'s: one local run per cell, no controller mode.
+    pub const QUICK: Sbrp003Runs = Sbrp003Runs {
+        local: 1,
+        controller: 0,
+        dead_after: std::time::Duration::from_secs(3),
+    };
+
+    /// The runs of `a`: its options over the defaults of its mode.
+    pub fn of(a: &ReproduceArgs) -> Sbrp003Runs {
+        let base = if a.quick { Self::QUICK } else { Self::FULL };
+        Sbrp003Runs {
+            local: a.sbrp_local_runs.unwrap_or(base.local),
+            controller: a.sbrp_controller_runs.unwrap_or(base.controller),
+            dead_after: a.sbrp_dead_after,
+        }
+    }
 }
 
 /// Section ids, in report order.
@@ -1179,12 +1232,15 @@ struct RunFidelity {
     dilation: u32,
     verdict: String,
     wall_s: f64,
+    /// The 1-minute load average when the run started.
+    load: Option<f64>,
 }
 
 /// Runs `cmd` (a `flitctl up` command line, with its `--time-dilation`;
 /// `FILE` stands for `perm`) and returns its figures and fidelity.
 fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<(SbrpRun, RunFidelity)> {
     let started = Instant::now();
+    let load = load_average().parse().ok();
     let mut argv: Vec<String> = cmd
         .split_whitespace()
         .map(|a| a.replace("FILE", &perm.display().to_string()))
@@ -1202,11 +1258,13 @@ fn sbrp_up(cmd: &str, perm: &std::path::Path, run_dir: PathBuf) -> Result<(SbrpR
         dilation: fi.dilation,
         verdict: fi.verdict.map_or("unknown", |v| v.name()).to_string(),
         wall_s: started.elapsed().as_secs_f64(),
+        load,
     };
     tracing::info!(
         cmd,
         dilation = fidelity.dilation,
         verdict = fidelity.verdict,
+        load = fidelity.load,
         wall_s = fidelity.wall_s,
         "seed 003 run"
     );
@@ -1251,6 +1309,18 @@ fn verdict_counts(runs: &[RunFidelity]) -> String {
         .join(", ")
 }
 
+/// The range of the 1-minute load average over the runs' starts: `3.1–9.8`.
+fn load_range(runs: &[RunFidelity]) -> String {
+    let loads: Vec<f64> = runs.iter().filter_map(|r| r.load).collect();
+    let low = loads.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = loads.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if loads.is_empty() {
+        "unknown".into()
+    } else {
+        format!("{low:.1}–{high:.1}")
+    }
+}
+
 /// The 1-minute load average (`/proc/loadavg`), as printed there.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -1271,7 +1341,7 @@ fn load_average() -> String {
 /// the messages that needed a resend ("corrupted messages", generation to
 /// delivery), the flits resent per resent packet (overhead), and that
 /// every message arrived exactly once.
-fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
+fn seed003(quick: bool, dilation: Dilation, how_many: Sbrp003Runs) -> Result<Section> {
     let started = Instant::now();
     let load_before = load_average();
     // Every run's fidelity, and the factor each topology ran at.
@@ -1310,15 +1380,20 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
         ),
     ];
     let cases = if quick { &cases[..1] } else { &cases[..] };
-    // Six runs per cell (one per router pair) in full mode: about 15
-    // minutes in all on a 2-core machine; the latency intervals narrow
-    // with the square root of the messages recovered.
-    let pairs_per_cell = if quick { 1 } else { 6 };
-    // Each router pair (local) or the one link (controller) runs under
-    // several traffic seeds: the ordering is tested on per-run means,
-    // paired across protocols, so the runs are its sample.
-    let local_seeds: &[u64] = if quick { &[1] } else { &[1, 2] };
-    let controller_seeds: &[u64] = &[1, 2, 3, 4];
+    // Local run r kills router pair r mod 6 under traffic seed r / 6 + 1:
+    // the first runs spread over the fault locations, later ones repeat
+    // them under other traffic. The ordering is tested on per-run means,
+    // paired across protocols, so the runs are its sample; the controller
+    // mode's one link runs under seeds 1 to N.
+    let local_runs = how_many.local as usize;
+    let pairs_per_cell = local_runs.min(cases[0].2.len());
+    let local_seeds: Vec<u64> = (0..local_runs)
+        .map(|r| local_run(r, cases[0].2.len()).1)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let controller_seeds: Vec<u64> = (1..=how_many.controller as u64).collect();
+    let dead_after = format!("{}ms", how_many.dead_after.as_millis());
     let duration = if quick { "2s" } else { "3s" };
     // One run per cell in quick mode: at the full runs' load a router kill
     // finds no 128-flit worm crossing it in about one run of five (the CI
@@ -1326,7 +1401,7 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
     // mid-message 40 % of the time, and one of up to 8 flows through the
     // router almost surely is.
     let local_load = if quick { QUICK_LOCAL_LOAD } else { LOCAL_LOAD };
-    let modes: &[SbrpFaults] = if quick {
+    let modes: &[SbrpFaults] = if controller_seeds.is_empty() {
         &[SbrpFaults::Local]
     } else {
         &[SbrpFaults::Local, SbrpFaults::Controller]
@@ -1349,20 +1424,20 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
             let mut setups = Vec::new();
             match mode {
                 SbrpFaults::Local => {
-                    for pair in &routers[..pairs_per_cell] {
+                    for r in 0..local_runs {
+                        let (p, seed) = local_run(r, routers.len());
+                        let pair = &routers[p];
                         let perm = dir.join(format!("through-{}.txt", pair.join("-")));
                         std::fs::write(&perm, transit_permutation(&topo, pair, 8)?)
                             .with_context(|| format!("writing {}", perm.display()))?;
                         let [r1, r2] = pair;
-                        for seed in local_seeds {
-                            setups.push((
-                                perm.clone(),
-                                format!("<flows through {r1} or {r2}>"),
-                                format!(
-                                    "--engine local-reroute --recovery none --buffer-depth 8 --dead-after 3s --load {local_load} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms --seed {seed}"
-                                ),
-                            ));
-                        }
+                        setups.push((
+                            perm.clone(),
+                            format!("<flows through {r1} or {r2}>"),
+                            format!(
+                                "--engine local-reroute --recovery none --buffer-depth 8 --dead-after {dead_after} --load {local_load} --kill-switch {r1} --kill-switch {r2} --kill-every 600ms --notify-neighbours --kill-at 800ms --seed {seed}"
+                            ),
+                        ));
                     }
                 }
                 SbrpFaults::Controller => {
@@ -1370,7 +1445,7 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
                     let perm = dir.join(format!("{a}-{b}.txt"));
                     std::fs::write(&perm, crossing_permutation(&topo, a, b, 8)?)
                         .with_context(|| format!("writing {}", perm.display()))?;
-                    for seed in controller_seeds {
+                    for seed in &controller_seeds {
                         setups.push((
                             perm.clone(),
                             format!("<flows crossing {a}–{b}>"),
@@ -1461,8 +1536,8 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
     let _ = std::fs::remove_dir_all(&dir);
     let mut notes = vec![
         format!(
-            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill; `--dead-after 3s` only keeps a daemon starved of CPU on a shared 2-core machine from being declared dead by keepalive, which with 98 processes on the mesh happened at 1 s); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}, each under traffic seeds {}), the same for every protocol; counts summed over them.",
-            match pairs_per_cell * local_seeds.len() {
+            "Real switchd/hostd processes on loopback, 20,000 flits/s links, 2 VCs, one packet per message. Local rerouting (the thesis's fault handling, digest §4, §5.1, §3.6 #12–13): per run two routers far apart are SIGKILLed, at 0.8 s and 1.4 s (node faults; they stay dead), and their neighbours are told at once (`--notify-neighbours`: their ports toward the dead router go down at the kill, so keepalive detects nothing here; `--dead-after {dead_after}` sets the senders' hold window, 2 × dead-after + 0.5 s, which every run drains after its traffic, and keeps a daemon starved of CPU from being declared dead by keepalive: undilated on a shared 2-core machine, with 98 processes on the mesh, 1 s was too short); no controller re-routing (`--engine local-reroute --recovery none`: each switch takes a live minimal port, else one misroute; docs/sbrp.md, \"Faithful mode\"). Traffic: up to 8 flows whose fault-free (e-cube / XY) routes pass through one of those routers, none from or to their own hosts (§3.6 #12), load {local_load} per flow, 8-flit buffers (the thesis has 1: Max(C,A) = 16 flits here, so 8-flit messages are resent whole by SBRP-1 too). {} per cell (router pairs {}; run r takes pair r mod {} under traffic seed ⌊r / {}⌋ + 1, seeds {} in all), the same for every protocol; counts summed over them.",
+            match local_runs {
                 1 => "One run".to_string(),
                 n => format!("{n} runs"),
             },
@@ -1479,6 +1554,8 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
                 ))
                 .collect::<Vec<_>>()
                 .join("; "),
+            cases[0].2.len(),
+            cases[0].2.len(),
             local_seeds.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
         ),
         "Corrupted-message latency is generation to delivery of the messages that needed a resend; n is how many there were. \"Lost\" is not delivered when the report was taken (the drain waits for the senders' hold windows). Only the dead router's own host is cut off, and no flow starts or ends there.".into(),
@@ -1486,7 +1563,7 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
     ];
     let wall: f64 = fidelity.iter().map(|f| f.wall_s).sum();
     notes.push(format!(
-        "Time dilation {} (docs/fidelity.md). Every duration above is emulated time. Fidelity of the {} runs: {}; 1-minute load average {} before the section and {} after; wall time per run {:.1} s on average ({:.0} s of runs in all).",
+        "Time dilation {} (docs/fidelity.md). Every duration above is emulated time. Fidelity of the {} runs: {}; 1-minute load average {} before the section, {} after, {} at the runs' starts; wall time per run {:.1} s on average ({:.0} s of runs in all).",
         match dilation {
             Dilation::Auto => format!(
                 "auto, calibrated on each topology's first run and then fixed for that topology: {}",
@@ -1498,11 +1575,12 @@ fn seed003(quick: bool, dilation: Dilation) -> Result<Section> {
         verdict_counts(&fidelity),
         load_before,
         load_average(),
+        load_range(&fidelity),
         wall / fidelity.len().max(1) as f64,
         wall
     ));
-    if !quick {
-        notes.push("Controller re-routing rows (ours, not the thesis's: its fault handling is local): a link killed once after 1 s, the controller re-routing (up*/down*), 16-flit buffers, load 0.4 per flow on the 4-cube, 0.2 on the mesh, up to 8 flows crossing that link. There a resend waits for the controller's new tables (a resend sent earlier would be cut again at the dead link), which dominates the latency and varies run to run.".into());
+    if !controller_seeds.is_empty() {
+        notes.push(format!("Controller re-routing rows (ours, not the thesis's: its fault handling is local): a link killed once after 1 s, the controller re-routing (up*/down*), 16-flit buffers, load 0.4 per flow on the 4-cube, 0.2 on the mesh, up to 8 flows crossing that link, {} per cell (traffic seeds 1 to {}). There a resend waits for the controller's new tables (a resend sent earlier would be cut again at the dead link), which dominates the latency and varies run to run.", match controller_seeds.len() { 1 => "one run".to_string(), n => format!("{n} runs") }, controller_seeds.len()));
     }
     Ok(Section {
         id: "003-sbrp",
@@ -1524,6 +1602,14 @@ type Sbrp003Case = (
     (&'static str, &'static str),
     &'static str,
 );
+
+/// Local-rerouting run `r` of seed 003 with `pairs` router pairs: which
+/// pair it kills and under which traffic seed. The first `pairs` runs take
+/// every pair once under seed 1, so a short section still spreads over the
+/// fault locations; later runs repeat them under seeds 2, 3, …
+fn local_run(r: usize, pairs: usize) -> (usize, u64) {
+    (r % pairs, (r / pairs) as u64 + 1)
+}
 
 /// Offered load per flow in seed 003's faithful mode.
 const LOCAL_LOAD: &str = "0.15";
@@ -1745,6 +1831,7 @@ pub fn reproduce(
     only: &[String],
     distance1_faults: u32,
     dilation: Dilation,
+    sbrp_runs: Sbrp003Runs,
 ) -> Result<Report> {
     let started = Instant::now();
     if let Some(bad) = only.iter().find(|o| !SECTIONS.contains(&o.as_str())) {
@@ -1759,7 +1846,7 @@ pub fn reproduce(
             "002-connectivity" => seed002(quick, threads)?,
             "000-ft2ei" => seed000(quick, threads)?,
             "001-routing" => seed001(quick)?,
-            "003-sbrp" => seed003(quick, dilation)?,
+            "003-sbrp" => seed003(quick, dilation, sbrp_runs)?,
             _ => sbrp_sim::section(quick, threads)?,
         });
     }
@@ -1855,6 +1942,15 @@ fn command_args(a: &ReproduceArgs) -> String {
     if a.time_dilation != Dilation::Auto {
         s += &format!(" --time-dilation {}", a.time_dilation);
     }
+    if let Some(n) = a.sbrp_local_runs {
+        s += &format!(" --sbrp-local-runs {n}");
+    }
+    if let Some(n) = a.sbrp_controller_runs {
+        s += &format!(" --sbrp-controller-runs {n}");
+    }
+    if a.sbrp_dead_after != Sbrp003Runs::FULL.dead_after {
+        s += &format!(" --sbrp-dead-after {}ms", a.sbrp_dead_after.as_millis());
+    }
     if let Some(w) = &a.write {
         s += &format!(" --write {}", w.display());
     }
@@ -1869,6 +1965,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         &a.only,
         a.distance1_faults,
         a.time_dilation,
+        Sbrp003Runs::of(&a),
     )?;
     report.args = command_args(&a);
     let text = if a.json {
@@ -2127,6 +2224,55 @@ mod tests {
         );
         assert_eq!(l.verdict, Verdict::Inconclusive, "{}", l.ours);
         assert!(l.ours.contains("SBRP-1 — (n=0, 0 of 5 runs)"), "{}", l.ours);
+    }
+
+    #[test]
+    fn local_runs_cover_every_pair_before_repeating_one() {
+        let runs: Vec<(usize, u64)> = (0..12).map(|r| local_run(r, 6)).collect();
+        // The default 12 runs are every pair under seeds 1 and 2.
+        let mut expected: Vec<(usize, u64)> = (0..6).flat_map(|p| [(p, 1), (p, 2)]).collect();
+        let mut sorted = runs.clone();
+        sorted.sort();
+        expected.sort();
+        assert_eq!(sorted, expected);
+        // Six runs: each pair once, under seed 1.
+        assert!(runs[..6].iter().enumerate().all(|(p, &r)| r == (p, 1)));
+        assert_eq!(local_run(13, 6), (1, 3));
+    }
+
+    #[test]
+    fn seed003_runs_take_the_options_over_the_mode_defaults() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: ReproduceArgs,
+        }
+        let of = |argv: &[&str]| {
+            let argv: Vec<&str> = std::iter::once("reproduce")
+                .chain(argv.iter().copied())
+                .collect();
+            Sbrp003Runs::of(&Cli::parse_from(argv).a)
+        };
+        assert_eq!(of(&[]), Sbrp003Runs::FULL);
+        assert_eq!(of(&["--quick"]), Sbrp003Runs::QUICK);
+        let short = of(&[
+            "--sbrp-local-runs",
+            "6",
+            "--sbrp-controller-runs",
+            "0",
+            "--sbrp-dead-after",
+            "1s",
+        ]);
+        assert_eq!(
+            short,
+            Sbrp003Runs {
+                local: 6,
+                controller: 0,
+                dead_after: std::time::Duration::from_secs(1)
+            }
+        );
+        assert_eq!(of(&["--quick", "--sbrp-local-runs", "2"]).local, 2);
     }
 
     #[test]
