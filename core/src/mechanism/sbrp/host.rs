@@ -379,6 +379,10 @@ impl ReceiverRecovery {
     }
 }
 
+/// Cuts of one packet (its SSNF) up to which a notice of a parked RRQ is
+/// acted on (see `SbrpHost::intercept`).
+const NOTICE_RESENDS: u32 = 2;
+
 /// The host half of SBRP, installed by [`HostEndpoint::set_recovery`]: the
 /// sender answers recover requests from its retained copies, the receiver
 /// follows its ejection VCs and asks for cut packets itself.
@@ -506,9 +510,14 @@ impl HostHook for SbrpHost {
             // does), and doubles with each resend of the packet: one
             // made too early is cut at the same dead port and parked
             // again, with a new notice.
+            // Acted on for the first two cuts of a packet at most: a
+            // notice only covers a switch's death, and a packet whose
+            // destination is cut off is cut and parked again at every
+            // resend (without the bound its sender would keep resending
+            // it, and keep its hold re-armed, for ever).
             let submsg = flit.head.as_ref().map_or(0, |h| h.submsg) as u32;
-            let wait = self.cfg.nft_wait_ns.max(1) << (4 + submsg.min(8));
-            if host.source.retained().get(flit.msg).is_some() {
+            let wait = self.cfg.nft_wait_ns.max(1) << (4 + submsg);
+            if submsg < NOTICE_RESENDS && host.source.retained().get(flit.msg).is_some() {
                 self.sender.note_parked(now.saturating_add(wait), flit);
             }
             return true;
