@@ -516,7 +516,7 @@ impl HostHook for SbrpHost {
             // resend (without the bound its sender would keep resending
             // it, and keep its hold re-armed, for ever).
             let submsg = flit.head.as_ref().map_or(0, |h| h.submsg) as u32;
-            let wait = self.cfg.nft_wait_ns.max(1) << (4 + submsg);
+            let wait = self.cfg.nft_wait_ns.max(1) << (4 + submsg.min(NOTICE_RESENDS));
             if submsg < NOTICE_RESENDS && host.source.retained().get(flit.msg).is_some() {
                 self.sender.note_parked(now.saturating_add(wait), flit);
             }
