@@ -330,7 +330,10 @@ fn a_bounded_swarm_breaks_no_promise() {
 /// PGFT, SBRP-1, a link kill then a top switch killed; a 3-ary 3-tree,
 /// SBRP-0, a top switch's only link down to the senders' subtree killed);
 /// a parked request lost with the switch that parked it (a 4×4 torus,
-/// SBRP-0, a link kill then the switch at its end killed).
+/// SBRP-0, a link kill then the switch at its end killed; a 2-ary 2-tree,
+/// SBRP-2, the same with an administrative kill); a packet to a cut-off
+/// host resent at every notice of its parked request (a 4×4 torus,
+/// SBRP-0).
 #[test]
 fn the_swarm_failures_fixed_stay_fixed() {
     for seed in [
@@ -341,6 +344,8 @@ fn the_swarm_failures_fixed_stay_fixed() {
         "12911099172110963435",
         "9242402334226407125",
         "11352086479830229902",
+        "391496670532841093",
+        "16478916566793150102",
     ] {
         let out = flitctl(&["sim", "--replay", seed]).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
