@@ -499,9 +499,9 @@ mod tests {
     use super::*;
     use crate::mechanism::sbrp::is_rrq;
     use crate::mechanism::sbrp::{is_parked_notice, is_relayed_rrq, RELAYED_RRQ_MSG_FLITS};
+    use crate::routing::VcPolicy;
     use crate::switch::tests::{chain, lft, packet};
     use crate::switch::Switching;
-    use crate::switch::VcPolicy;
 
     /// A packet that meets no route at a switch whose table will not
     /// change again (its new table arrived before the upstream switches
@@ -546,7 +546,9 @@ mod tests {
         net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
         // Host 0 (the sender) has no route; host 1 (the reporter) has.
         net.switches[0].install_table(lft(&[None, Some(1)]), VcPolicy::Keep);
-        net.hosts[1].to_send.push(rrq_flit(1, 0, 5, 0, 0, 0, 0, 0));
+        net.hosts[1]
+            .to_send
+            .push_back(rrq_flit(1, 0, 5, 0, 0, 0, 0, 0));
         net.run_for(1_000_000);
         assert_eq!(net.switches[0].sbrp_counters().rrq_relayed, 1);
         assert_eq!(net.switches[0].parked_rrqs().count(), 0);
