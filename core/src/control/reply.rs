@@ -253,6 +253,7 @@ impl SwitchReport {
         sub(&mut s.shadow_reports, b.shadow_reports);
         sub(&mut s.rrq_parked, b.rrq_parked);
         sub(&mut s.rrq_reissued, b.rrq_reissued);
+        sub(&mut s.rrq_relayed, b.rrq_relayed);
         self
     }
 }

@@ -23,6 +23,10 @@ pub struct SbrpStats {
     pub rrq_sent: u64,
     /// NFTs received that left a packet incomplete.
     pub nft_received: u64,
+    /// Notices of RRQs a switch parked whose request never came (the
+    /// switch died holding it), acted on as the request.
+    #[serde(default)]
+    pub notices_acted_on: u64,
 }
 
 /// Summary of a host's route table (per destination), for its report.

@@ -47,7 +47,7 @@ pub struct SimArgs {
              the same switch and host state machines and controller loop, no processes, emulated \
              time, the same report as up or chaos; the same seed gives the same event log (--events).",
     after_help = "Also:\n  flitctl sim swarm [--runs N] [--seed S] [--jobs J]   random fault schedules checked \
-                  against each mechanism's promise (flitctl sim swarm --help)\n  flitctl sim --replay SEED                            \
+                  against each mechanism's promise (flitctl sim swarm --help)\n  flitctl sim --replay SEED [--events FILE]            \
                   one swarm run again, from its seed"
 )]
 pub struct SimRun {
@@ -90,22 +90,29 @@ pub fn run(args: SimArgs) -> Result<()> {
             );
             return swarm::run(cli.swarm);
         }
-        Some("--replay") => {
-            let seed = words
-                .get(1)
-                .context("--replay needs the run's SEED")?
-                .parse::<u64>()
-                .context("--replay SEED: a number")?;
-            if words.len() > 2 {
-                bail!("--replay SEED takes nothing else (the seed says everything)");
-            }
-            return swarm::replay(seed);
-        }
-        Some(w) if w.starts_with("--replay=") => {
-            let seed = w["--replay=".len()..]
-                .parse::<u64>()
-                .context("--replay SEED: a number")?;
-            return swarm::replay(seed);
+        Some(w) if w == "--replay" || w.starts_with("--replay=") => {
+            let (seed, rest) = match w.strip_prefix("--replay=") {
+                Some(seed) => (seed, &words[1..]),
+                None => (
+                    words
+                        .get(1)
+                        .context("--replay needs the run's SEED")?
+                        .as_str(),
+                    words.get(2..).unwrap_or_default(),
+                ),
+            };
+            let seed = seed.parse::<u64>().context("--replay SEED: a number")?;
+            let events = match rest {
+                [] => None,
+                [flag, file] if flag == "--events" => Some(PathBuf::from(file)),
+                [flag] if flag.starts_with("--events=") => {
+                    Some(PathBuf::from(&flag["--events=".len()..]))
+                }
+                _ => {
+                    bail!("--replay SEED takes only --events FILE (the seed says everything else)")
+                }
+            };
+            return swarm::replay(seed, events.as_deref());
         }
         _ => {}
     }
@@ -193,7 +200,7 @@ fn refuse_live_only(a: &UpArgs) -> Result<()> {
     Ok(())
 }
 
-fn open_events(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write>>> {
+pub(crate) fn open_events(path: Option<&Path>) -> Result<Option<Box<dyn std::io::Write>>> {
     Ok(match path {
         Some(p) => {
             let f = std::fs::File::create(p)

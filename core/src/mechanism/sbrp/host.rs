@@ -20,7 +20,10 @@
 //!   interrupted path) is a `Tail` flagged [`flags::NON_FINAL_TAIL`]; it
 //!   carries no data.
 
-use super::{is_rrq, receiver_rrq_flit, rrq_from_receiver, RecoveryProtocol};
+use super::{
+    is_parked_notice, is_relayed_rrq, is_rrq, receiver_rrq_flit, relayed_rrq, rrq_from_receiver,
+    RecoveryProtocol,
+};
 use crate::flit::{flags, Flit};
 pub use crate::host::counters::SbrpStats;
 use crate::host::endpoint::HostReport;
@@ -97,6 +100,9 @@ pub struct SenderRecovery {
     ssnf: BTreeMap<(u64, u32), u16>,
     /// (ready time, resend) in arrival order.
     pending: VecDeque<(u64, OutPacket)>,
+    /// Notices of RRQs parked at a switch, per (msg, packet): when to act
+    /// on one if the request itself has not come, and the request.
+    noticed: BTreeMap<(u64, u32), (u64, Flit)>,
 }
 
 /// What the sender decided about one RRQ.
@@ -134,6 +140,45 @@ impl SenderRecovery {
         RrqVerdict::Resend { from, ssnf }
     }
 
+    /// A switch parked an RRQ (`notice` is its copy): unless the request
+    /// itself comes by `due`, act on the copy then.
+    pub fn note_parked(&mut self, due: u64, notice: &Flit) {
+        let mut rrq = notice.clone();
+        if let Some(h) = rrq.head.as_mut() {
+            h.msg_flits = 1;
+        }
+        self.noticed
+            .entry((rrq.msg, rrq.packet))
+            .or_insert((due, rrq));
+    }
+
+    /// A request for (msg, packet) of sub-message `submsg` came: a notice
+    /// of it, or of an earlier sub-message, is settled.
+    fn settle_notice(&mut self, rrq: &Flit) {
+        let asked = rrq.head.as_ref().map_or(0, |h| h.submsg);
+        let key = (rrq.msg, rrq.packet);
+        if self
+            .noticed
+            .get(&key)
+            .is_some_and(|(_, n)| n.head.as_ref().map_or(0, |h| h.submsg) <= asked)
+        {
+            self.noticed.remove(&key);
+        }
+    }
+
+    /// Notices whose request did not come in time: the requests to act on.
+    fn take_due_notices(&mut self, now: u64) -> Vec<Flit> {
+        let due: Vec<_> = self
+            .noticed
+            .iter()
+            .filter(|(_, (t, _))| *t <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        due.into_iter()
+            .filter_map(|k| self.noticed.remove(&k).map(|(_, f)| f))
+            .collect()
+    }
+
     pub fn schedule(&mut self, ready_at: u64, p: OutPacket) {
         self.pending.push_back((ready_at, p));
     }
@@ -154,11 +199,20 @@ impl SenderRecovery {
     }
 
     pub fn next_due(&self) -> Option<u64> {
-        self.pending.iter().map(|(t, _)| *t).min()
+        self.pending
+            .iter()
+            .map(|(t, _)| *t)
+            .chain(self.noticed.values().map(|(t, _)| *t))
+            .min()
     }
 
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Notices waiting for their request.
+    pub fn noticed(&self) -> usize {
+        self.noticed.len()
     }
 
     /// Forgets SSNFs of messages no longer retained.
@@ -325,6 +379,10 @@ impl ReceiverRecovery {
     }
 }
 
+/// Cuts of one packet (its SSNF) up to which a notice of a parked RRQ is
+/// acted on (see `SbrpHost::intercept`).
+const NOTICE_RESENDS: u32 = 2;
+
 /// The host half of SBRP, installed by [`HostEndpoint::set_recovery`]: the
 /// sender answers recover requests from its retained copies, the receiver
 /// follows its ejection VCs and asks for cut packets itself.
@@ -366,6 +424,7 @@ impl SbrpHost {
     /// after the software overhead.
     fn on_rrq(&mut self, host: &mut HostEndpoint, now: u64, rrq: &Flit) {
         self.stats.rrq_received += 1;
+        self.sender.settle_notice(rrq);
         let Some(retained) = host.source.retained().get(rrq.msg) else {
             self.stats.unrecoverable_rrq += 1;
             return;
@@ -443,6 +502,34 @@ impl HostHook for SbrpHost {
         if !(self.is_on() && is_rrq(flit)) {
             return false;
         }
+        if is_parked_notice(flit) {
+            // A switch parked the request for this packet until its
+            // tables change. The request normally follows; should that
+            // switch die first, act on the notice. The delay leaves the
+            // controller time to re-route (as the receiver's R-4 wait
+            // does), and doubles with each resend of the packet: one
+            // made too early is cut at the same dead port and parked
+            // again, with a new notice.
+            // Acted on for the first two cuts of a packet at most: a
+            // notice only covers a switch's death, and a packet whose
+            // destination is cut off is cut and parked again at every
+            // resend (without the bound its sender would keep resending
+            // it, and keep its hold re-armed, for ever).
+            let submsg = flit.head.as_ref().map_or(0, |h| h.submsg) as u32;
+            let wait = self.cfg.nft_wait_ns.max(1) << (4 + submsg.min(NOTICE_RESENDS));
+            if submsg < NOTICE_RESENDS && host.source.retained().get(flit.msg).is_some() {
+                self.sender.note_parked(now.saturating_add(wait), flit);
+            }
+            return true;
+        }
+        if is_relayed_rrq(flit) {
+            // A switch with no route to the sender sent this request
+            // here, to the cut packet's destination: pass it on.
+            if let Some(rrq) = relayed_rrq(flit, now) {
+                self.control_out.push_back(rrq);
+            }
+            return true;
+        }
         self.on_rrq(host, now, flit);
         true
     }
@@ -469,6 +556,14 @@ impl HostHook for SbrpHost {
         let packetiser = Packetiser {
             max_packet_flits: host.cfg.source.max_packet_flits,
         };
+        for rrq in self.sender.take_due_notices(now) {
+            // The parked request never came: its switch died holding it.
+            if host.source.retained().get(rrq.msg).is_some() {
+                self.stats.rrq_received = self.stats.rrq_received.saturating_sub(1);
+                self.on_rrq(host, now, &rrq);
+                self.stats.notices_acted_on += 1;
+            }
+        }
         let vc = host.lane_vc(0);
         let sink = &host.sink;
         self.stats.rrq_sent += self.receiver.due_rrqs(
@@ -505,7 +600,10 @@ impl HostHook for SbrpHost {
     }
 
     fn in_progress(&self) -> usize {
-        self.receiver.waiting() + self.sender.pending() + self.control_out.len()
+        self.receiver.waiting()
+            + self.sender.pending()
+            + self.sender.noticed()
+            + self.control_out.len()
     }
 
     fn is_drained(&self) -> bool {

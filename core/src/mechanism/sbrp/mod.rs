@@ -183,6 +183,67 @@ pub fn rrq_from_receiver(f: &Flit) -> bool {
         .is_some_and(|h| h.msg_flits == RECEIVER_RRQ_MSG_FLITS)
 }
 
+/// `msg_flits` of an RRQ on its way to its reporter (the cut packet's
+/// destination) instead of its sender: a switch whose tables have no route
+/// to the sender sends it there (head `src` and `dst` swapped), and the
+/// reporter's host passes it on to the sender ([`relayed_rrq`]).
+pub const RELAYED_RRQ_MSG_FLITS: u32 = 3;
+
+/// `msg_flits` of a notice: a copy of an RRQ that node C parked until new
+/// tables, sent to the sender at once. Should C die before it releases
+/// the request, the parked copy dies with it and nothing else would ask
+/// for the packet; the sender acts on the notice after a fallback delay
+/// unless the request itself came first.
+pub const PARKED_NOTICE_MSG_FLITS: u32 = 4;
+
+/// Whether `f` is the notice of a parked RRQ.
+pub fn is_parked_notice(f: &Flit) -> bool {
+    is_rrq(f)
+        && f.head
+            .as_ref()
+            .is_some_and(|h| h.msg_flits == PARKED_NOTICE_MSG_FLITS)
+}
+
+/// Whether `f` is an RRQ relayed through its reporter.
+pub fn is_relayed_rrq(f: &Flit) -> bool {
+    is_rrq(f)
+        && f.head
+            .as_ref()
+            .is_some_and(|h| h.msg_flits == RELAYED_RRQ_MSG_FLITS)
+}
+
+/// `msg_flits` of the RRQ a reporter passes on to the sender: a switch
+/// with no route to the sender parks it rather than relaying it again
+/// (without this, a sender no route reaches would have its requests
+/// bounce between switch and reporter for ever).
+pub const PASSED_ON_RRQ_MSG_FLITS: u32 = 5;
+
+/// Turns an RRQ around toward its reporter (see [`RELAYED_RRQ_MSG_FLITS`]);
+/// false for one already relayed or passed on (it is not bounced back).
+pub fn relay_through_reporter(f: &mut Flit) -> bool {
+    if f.head.as_ref().is_some_and(|h| {
+        h.msg_flits == RELAYED_RRQ_MSG_FLITS || h.msg_flits == PASSED_ON_RRQ_MSG_FLITS
+    }) {
+        return false;
+    }
+    let Some(h) = f.head.as_mut() else {
+        return false;
+    };
+    std::mem::swap(&mut h.src, &mut h.dst);
+    h.msg_flits = RELAYED_RRQ_MSG_FLITS;
+    true
+}
+
+/// The RRQ a reporter passes on to the sender, from one relayed to it.
+pub fn relayed_rrq(f: &Flit, now: u64) -> Option<Flit> {
+    let h = f.head.as_ref()?;
+    let mut rrq = rrq_flit(h.dst, h.src, f.msg, f.packet, h.submsg, f.seq, f.vc, now);
+    if let Some(h) = rrq.head.as_mut() {
+        h.msg_flits = PASSED_ON_RRQ_MSG_FLITS;
+    }
+    Some(rrq)
+}
+
 /// Whether a flit is an RRQ (it goes to the sender half, not the sink).
 pub fn is_rrq(f: &Flit) -> bool {
     f.flags & flags::RECOVER_REQUEST != 0

@@ -4,7 +4,10 @@
 //! the packet downstream with a non-final tail (NFT); and it keeps the R-3
 //! "shadow" of packets whose tail left but may still die on the link.
 
-use super::{rrq_flit, RecoveryProtocol, NAME, RECEIVER_RRQ_MSG_FLITS};
+use super::{
+    relay_through_reporter, rrq_flit, RecoveryProtocol, NAME, PARKED_NOTICE_MSG_FLITS,
+    PASSED_ON_RRQ_MSG_FLITS, RECEIVER_RRQ_MSG_FLITS, RELAYED_RRQ_MSG_FLITS,
+};
 use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
 use crate::switch::hook::SwitchHook;
@@ -44,6 +47,10 @@ pub struct SbrpSwitchCounters {
     /// and routed anew, since nothing else would ask for their packets.
     #[serde(default)]
     pub rrq_reissued: u64,
+    /// RRQs for which this switch's tables had no route to the sender,
+    /// sent to their reporter instead, which passes them on.
+    #[serde(default)]
+    pub rrq_relayed: u64,
 }
 
 /// Times a parked RRQ is released by its deadline, per packet, between two
@@ -142,6 +149,17 @@ impl SbrpHook {
         self.counters.rrq_sent += 1;
         let rrq = rrq_flit(t.dst, t.src, t.msg, t.packet, t.submsg, from, 0, sw.now);
         if park {
+            // The sender hears of it at once (a notice): a request parked
+            // here dies with this switch, and a switch that cut a packet
+            // may die before its tables change (found by `flitctl sim
+            // swarm`: a link kill, then the switch at its end killed
+            // 0.56 ms later, holding the only request for a packet it
+            // had dropped whole).
+            let mut notice = rrq.clone();
+            if let Some(h) = notice.head.as_mut() {
+                h.msg_flits = PARKED_NOTICE_MSG_FLITS;
+            }
+            self.rrq_pending.push_back(notice);
             self.park(sw.now, rrq, timed);
         } else {
             self.rrq_pending.push_back(rrq);
@@ -197,10 +215,12 @@ impl SbrpHook {
             sw.now,
         );
         if let Some(h) = rrq.head.as_mut() {
-            h.msg_flits = if t.msg_flits == RECEIVER_RRQ_MSG_FLITS {
+            h.msg_flits = match t.msg_flits {
                 RECEIVER_RRQ_MSG_FLITS
-            } else {
-                1
+                | RELAYED_RRQ_MSG_FLITS
+                | PASSED_ON_RRQ_MSG_FLITS
+                | PARKED_NOTICE_MSG_FLITS => t.msg_flits,
+                _ => 1,
             };
         }
         self.counters.rrq_reissued += 1;
@@ -235,6 +255,11 @@ impl SwitchHook for SbrpHook {
         if !(resend && self.protocol.is_on()) {
             return Some(f);
         }
+        if track.is_some_and(|t| t.is_rrq && t.msg_flits == PARKED_NOTICE_MSG_FLITS) {
+            // A notice is best effort: the parked request it announces
+            // is still kept where it was parked.
+            return Some(f);
+        }
         if track.is_some_and(|t| t.is_rrq)
             && self.rrq_pending.len() + self.rrq_parked.len() < MAX_PENDING_RRQS
         {
@@ -251,6 +276,20 @@ impl SwitchHook for SbrpHook {
                 }
                 f.vc = 0;
                 self.counters.rrq_restarted += 1;
+                self.rrq_pending.push_back(f);
+            } else if reason == DropReason::NoRoute && relay_through_reporter(&mut f) {
+                // No route to the sender here, and no table change may
+                // bring one: a switch left without a path toward the
+                // sender under the final tables (found by `flitctl sim
+                // swarm`: a top switch that lost its only link down to
+                // the sender's subtree, a level-1 switch that lost its
+                // only link up, both holding RRQs parked before that
+                // second fault). The reporter (the cut packet's
+                // destination) is connected to the sender by the
+                // routing when SBRP can recover at all: it passes the
+                // request on.
+                f.vc = 0;
+                self.counters.rrq_relayed += 1;
                 self.rrq_pending.push_back(f);
             } else {
                 // An RRQ toward a dead port (tables not yet updated, or
@@ -403,6 +442,7 @@ const NO_COUNTERS: SbrpSwitchCounters = SbrpSwitchCounters {
     rrq_parked: 0,
     rrq_restarted: 0,
     rrq_reissued: 0,
+    rrq_relayed: 0,
 };
 
 impl Switch {
@@ -458,7 +498,9 @@ impl Switch {
 mod tests {
     use super::*;
     use crate::mechanism::sbrp::is_rrq;
-    use crate::switch::tests::{chain, packet};
+    use crate::mechanism::sbrp::{is_parked_notice, is_relayed_rrq, RELAYED_RRQ_MSG_FLITS};
+    use crate::routing::VcPolicy;
+    use crate::switch::tests::{chain, lft, packet};
     use crate::switch::Switching;
 
     /// A packet that meets no route at a switch whose table will not
@@ -475,11 +517,46 @@ mod tests {
         net.run_for(retry / 2);
         assert_eq!(net.switches[0].counters().drops.no_route, 4);
         assert_eq!(net.switches[0].parked_rrqs().count(), 1);
-        assert!(!net.hosts[0].received.iter().any(is_rrq));
+        let request = |f: &&Flit| is_rrq(f) && !is_parked_notice(f);
+        assert!(!net.hosts[0].received.iter().any(|f| request(&f)));
+        assert_eq!(
+            net.hosts[0]
+                .received
+                .iter()
+                .filter(|f| is_parked_notice(f))
+                .count(),
+            1,
+            "the sender hears at once that its request is parked"
+        );
         net.run_for(retry);
         assert_eq!(net.switches[0].parked_rrqs().count(), 0);
-        let rrqs: Vec<_> = net.hosts[0].received.iter().filter(|f| is_rrq(f)).collect();
+        let rrqs: Vec<_> = net.hosts[0].received.iter().filter(request).collect();
         assert_eq!(rrqs.len(), 1, "one recover request reaches the source");
         assert_eq!((rrqs[0].msg, rrqs[0].seq), (1, 0));
+    }
+
+    /// A recover request at a switch whose tables have no route to the
+    /// sender (it lost its only way toward the sender's part of the
+    /// fabric) goes to its reporter instead, turned around and marked
+    /// relayed, rather than being parked for a table change that never
+    /// brings a route.
+    #[test]
+    fn a_request_with_no_route_to_its_sender_goes_to_its_reporter() {
+        let mut net = chain(1, 1, Switching::Wormhole);
+        net.switches[0].set_recovery(RecoveryProtocol::Sbrp0);
+        // Host 0 (the sender) has no route; host 1 (the reporter) has.
+        net.switches[0].install_table(lft(&[None, Some(1)]), VcPolicy::Keep);
+        net.hosts[1]
+            .to_send
+            .push_back(rrq_flit(1, 0, 5, 0, 0, 0, 0, 0));
+        net.run_for(1_000_000);
+        assert_eq!(net.switches[0].sbrp_counters().rrq_relayed, 1);
+        assert_eq!(net.switches[0].parked_rrqs().count(), 0);
+        let back: Vec<_> = net.hosts[1].received.iter().filter(|f| is_rrq(f)).collect();
+        assert_eq!(back.len(), 1, "the request comes back to its reporter");
+        assert!(is_relayed_rrq(back[0]));
+        let h = back[0].head.as_ref().unwrap();
+        assert_eq!((h.src, h.dst, h.msg_flits), (0, 1, RELAYED_RRQ_MSG_FLITS));
+        assert_eq!(back[0].msg, 5);
     }
 }
