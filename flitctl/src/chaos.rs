@@ -580,20 +580,8 @@ pub(crate) fn cut_off_hosts<'a>(
     let mut faults = FaultSet::none();
     let mut cut = BTreeSet::new();
     for a in actions {
-        match (a.kind, a.target) {
-            (ActionKind::KillLink, Target::Link { link, .. }) => {
-                faults.links.insert(link);
-            }
-            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
-                faults.links.remove(&link);
-            }
-            (ActionKind::KillSwitch | ActionKind::SigkillSwitch, Target::Switch(s)) => {
-                faults.switches.insert(s);
-            }
-            (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => {
-                faults.switches.remove(&s);
-            }
-            _ => continue,
+        if !a.apply_to(&mut faults) {
+            continue;
         }
         cut.extend(report::unreachable_hosts(topo, &faults));
     }

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::RunSpec;
-use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeSet;
@@ -628,6 +628,29 @@ pub struct Action {
     pub count: u32,
     /// Where it came from: `timeline[2] (line 14)` or `random`.
     pub origin: String,
+}
+
+impl Action {
+    /// Applies a kill or a repair to the faults in force; returns whether
+    /// it was one (corruptions and the like change no fault set).
+    pub fn apply_to(&self, faults: &mut FaultSet) -> bool {
+        match (self.kind, self.target) {
+            (ActionKind::KillLink, Target::Link { link, .. }) => {
+                faults.links.insert(link);
+            }
+            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+                faults.links.remove(&link);
+            }
+            (ActionKind::KillSwitch | ActionKind::SigkillSwitch, Target::Switch(s)) => {
+                faults.switches.insert(s);
+            }
+            (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => {
+                faults.switches.remove(&s);
+            }
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// A checked scenario: everything needed to run it.

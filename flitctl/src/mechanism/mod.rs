@@ -10,13 +10,15 @@
 use crate::events::{ControllerEvent, EventLog, Record, RoutesInstalled};
 use crate::fabric::{Fabric, HostReports, SwitchReports};
 use anyhow::{Context, Result};
-use flitnet_core::control::{Request, SwitchReport};
+use flitnet_core::control::{Reply, Request, SwitchReport};
 use flitnet_core::mechanism::intermediate::Mechanisms;
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::{
-    self as registry, FaultsAnswered, MechanismPlan, MechanismReport, Reported, RunSpec, Variant,
+    self as registry, FaultsAnswered, MechanismPlan, MechanismReport, NodeConfig, Reported,
+    RunSpec, Variant,
 };
-use flitnet_core::topology::{FaultSet, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, Topology};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,23 +125,38 @@ impl Mechanism {
 /// has one, and records it.
 pub fn install(fabric: &Fabric, plan: &dyn MechanismPlan, events: &EventLog) -> Result<()> {
     let variant = plan.variant();
-    let answers = fabric
-        .broadcast(
-            |n| plan.bring_up(n).is_some(),
-            |n| Request::ConfigureMechanism {
-                mechanism: variant.mechanism.to_string(),
-                config: plan.bring_up(n),
-            },
-        )
+    let answers = configure_each(fabric, plan, |n| plan.bring_up(n))
         .with_context(|| format!("configuring mechanism `{}`", variant.name))?;
-    let configured = !answers.is_empty();
-    if let (true, Some(config)) = (configured, plan.describe()) {
+    if let (false, Some(config)) = (answers.is_empty(), plan.describe()) {
         events.record(ControllerEvent::MechanismConfigured {
             mechanism: variant.name.to_string(),
             config,
         });
     }
     Ok(())
+}
+
+/// Sends each live node the configuration `config_of` gives it (nodes it
+/// gives none are left alone), computing each once; the nodes' replies.
+fn configure_each(
+    fabric: &Fabric,
+    plan: &dyn MechanismPlan,
+    config_of: impl Fn(NodeRef) -> Option<NodeConfig>,
+) -> Result<Vec<(NodeRef, Reply)>> {
+    let configs: BTreeMap<NodeRef, NodeConfig> = fabric
+        .daemons
+        .iter()
+        .filter(|d| !d.dead)
+        .filter_map(|d| config_of(d.node).map(|c| (d.node, c)))
+        .collect();
+    let mechanism = plan.variant().mechanism;
+    fabric.broadcast(
+        |n| configs.contains_key(&n),
+        |n| Request::ConfigureMechanism {
+            mechanism: mechanism.to_string(),
+            config: configs.get(&n).cloned(),
+        },
+    )
 }
 
 /// Pushes a mechanism's answer to the fault set `faults` to the live
@@ -150,16 +167,13 @@ pub fn answer_faults(
     faults: &FaultSet,
     events: &EventLog,
 ) -> Result<Record> {
-    let variant = plan.variant();
-    let answers = fabric
-        .broadcast(
-            |n| plan.on_faults(faults, n).is_some(),
-            |n| Request::ConfigureMechanism {
-                mechanism: variant.mechanism.to_string(),
-                config: plan.on_faults(faults, n),
-            },
-        )
-        .with_context(|| format!("pushing the fault set to mechanism `{}`", variant.name))?;
+    let answers =
+        configure_each(fabric, plan, |n| plan.on_faults(faults, n)).with_context(|| {
+            format!(
+                "pushing the fault set to mechanism `{}`",
+                plan.variant().name
+            )
+        })?;
     let mut bodies = Vec::with_capacity(answers.len());
     for (_, reply) in answers {
         if let Some(answer) = reply.into_mechanism_answer()? {

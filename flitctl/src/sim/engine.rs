@@ -542,6 +542,17 @@ impl<'p> Sim<'p> {
         self.cursor = self.records.len();
     }
 
+    /// Records a re-route (or a push of the faults) that failed.
+    fn reroute_failed(&mut self, failed_links: Vec<LinkId>, error: String) {
+        self.record_at(
+            self.now(),
+            ControllerEvent::RerouteFailed {
+                failed_links,
+                error,
+            },
+        );
+    }
+
     /// The controller's re-route: new tables around the detected faults,
     /// in after [`INSTALL_DELAY_NS`] (or quiesced), or the fault set pushed
     /// to the hosts (intermediate nodes).
@@ -573,14 +584,7 @@ impl<'p> Sim<'p> {
             let answered = match (error, answered) {
                 (None, Ok(a)) => a,
                 (Some(error), _) | (None, Err(error)) => {
-                    self.record_at(
-                        self.now(),
-                        ControllerEvent::RerouteFailed {
-                            failed_links,
-                            error,
-                        },
-                    );
-                    return;
+                    return self.reroute_failed(failed_links, error);
                 }
             };
             let event = crate::mechanism::installed(mech.as_ref(), &faults, &answered);
@@ -592,17 +596,7 @@ impl<'p> Sim<'p> {
         let result = tables_around(topo, &self.plan.engine, self.plan.params.vcs, &faults);
         let tables = match result {
             Ok(t) => t,
-            Err(e) => {
-                let error = format!("{e:#}");
-                self.record_at(
-                    self.now(),
-                    ControllerEvent::RerouteFailed {
-                        failed_links,
-                        error,
-                    },
-                );
-                return;
-            }
+            Err(e) => return self.reroute_failed(failed_links, format!("{e:#}")),
         };
         // Computation and the installs take the modelled delay, during
         // which the fabric runs on.

@@ -605,21 +605,7 @@ fn restart_before_detection(case: &Case) -> bool {
 fn final_faults(scenario: &Scenario) -> FaultSet {
     let mut faults = FaultSet::none();
     for a in &scenario.actions {
-        match (a.kind, a.target) {
-            (ActionKind::KillLink, Target::Link { link, .. }) => {
-                faults.links.insert(link);
-            }
-            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
-                faults.links.remove(&link);
-            }
-            (ActionKind::KillSwitch | ActionKind::SigkillSwitch, Target::Switch(s)) => {
-                faults.switches.insert(s);
-            }
-            (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => {
-                faults.switches.remove(&s);
-            }
-            _ => {}
-        }
+        a.apply_to(&mut faults);
     }
     faults
 }
