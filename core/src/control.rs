@@ -11,8 +11,8 @@ mod reply;
 
 pub use event::{open_event, seal_event, EventAuthError};
 pub use reply::{
-    HostDaemonReport, HostLinkReport, LinkState, LoopReport, NodeKind, PortBacklog, Reply,
-    SchedShare, SwitchReport, TimerLateness, TransportCounters, UnexpectedReply,
+    HostDaemonReport, HostLinkReport, LatenessSummary, LinkState, LoopReport, NodeKind,
+    PortBacklog, Reply, SchedShare, SwitchReport, TransportCounters, UnexpectedReply,
 };
 
 use crate::routing::{SwitchTable, VcPolicy};

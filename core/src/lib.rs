@@ -5,6 +5,7 @@ pub mod control;
 pub mod flit;
 pub mod host;
 pub mod input;
+pub mod lateness;
 pub mod link;
 pub mod mechanism;
 pub mod node;

@@ -18,6 +18,7 @@
 //! that restarted, which resets the counters against it.
 
 use crate::flit::{Flit, MAX_INTERMEDIATES};
+use crate::lateness::LatenessHistogram;
 use crate::wire::{
     self, FrameWriter, Header, Item, SyncInfo, WireError, CREDIT_ITEM_LEN, HEADER_LEN,
     KEEPALIVE_ITEM_LEN, MAX_VCS,
@@ -456,6 +457,10 @@ pub struct Link {
     wire_free: u128,
     events: VecDeque<LinkEvent>,
     stats: LinkStats,
+    /// How late flits were read against their release time (paced links
+    /// whose stamps are in a clock shared with the peer). Boxed: it is
+    /// touched once per flit received, the rest of the link far more often.
+    arrival_lateness: Box<LatenessHistogram>,
     scratch: wire::Frame,
     /// Retraining after a link error until this time: nothing but link
     /// resets is sent and everything received is dropped.
@@ -527,6 +532,7 @@ impl Link {
             wire_free: 0,
             events: VecDeque::new(),
             stats: LinkStats::default(),
+            arrival_lateness: Box::default(),
             scratch: wire::Frame::default(),
             retrain_until: None,
             reset_tx: None,
@@ -820,6 +826,17 @@ impl Link {
         &self.stats
     }
 
+    /// How late this end read the flits it received, against each flit's
+    /// emulated release time (its departure stamp, its serialisation and
+    /// the propagation delay). A flit read after that time is released at
+    /// once, late by the difference: the reader was busy, asleep or waiting
+    /// for a CPU, and the emulated wire was slower than configured. Only
+    /// paced links whose stamps the ends can compare
+    /// ([`LinkConfig::count_transit`]) record it.
+    pub fn arrival_lateness(&self) -> &LatenessHistogram {
+        &self.arrival_lateness
+    }
+
     pub fn poll_event(&mut self) -> Option<LinkEvent> {
         self.events.pop_front()
     }
@@ -1012,18 +1029,20 @@ impl Link {
     /// another machine's clock); otherwise the datagram is taken to have
     /// left when its first flit started (as in the simulator), and the
     /// flits follow its arrival at the wire's pace. Without a stamp or a
-    /// rate: `due`, the control items' time.
-    fn flit_due(&self, now: u64, due: u64, departure: Option<u64>, i: u64) -> u64 {
+    /// rate: `due`, the control items' time. A trusted stamp's lateness
+    /// (`now` past the release time) goes to [`Link::arrival_lateness`].
+    fn flit_due(&mut self, now: u64, due: u64, departure: Option<u64>, i: u64) -> u64 {
         let (Some(rate), Some(start)) = (self.cfg.bandwidth_flits_per_s, departure) else {
             return due;
         };
         let serialised = ((i as u128 + 1) * NS_PER_S).div_ceil(rate as u128) as u64;
         let trusted = self.cfg.count_transit && now.abs_diff(start) <= MAX_TRUSTED_TRANSIT_NS;
         if trusted {
-            start
+            let release = start
                 .saturating_add(serialised)
-                .saturating_add(self.cfg.propagation_ns)
-                .max(now)
+                .saturating_add(self.cfg.propagation_ns);
+            self.arrival_lateness.record(now.saturating_sub(release));
+            release.max(now)
         } else {
             now.saturating_add(self.cfg.propagation_ns)
                 .saturating_add(serialised)
@@ -1845,6 +1864,11 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "count_transit {count_transit}");
             assert_eq!(a.stats().tx_datagrams, b.stats().rx_datagrams);
+            // Read in time, every one: none late. Without a shared clock
+            // nothing is recorded.
+            let late = b.arrival_lateness();
+            assert_eq!(late.count(), if count_transit { 40 } else { 0 });
+            assert_eq!(late.max_ns(), 0);
         }
     }
 
@@ -1909,6 +1933,15 @@ mod tests {
         // Released at once: their emulated arrival is already past.
         assert_eq!(got.len(), 20);
         assert!(got.iter().all(|&at| at == now));
+        // And the receiver says by how much: flit k was due at
+        // (k + 1) × 50 us, read at 1 ms; the 20th and 21st were in time.
+        let late = b.arrival_lateness();
+        assert_eq!(late.count(), 21);
+        assert_eq!(late.max_ns(), 950_000);
+        assert_eq!(
+            late.summary().mean_ns,
+            (1..=19u64).map(|k| k * 50_000).sum::<u64>() / 21
+        );
         assert!(!a.poll_transmit(now, &mut buf), "nothing more is due");
         assert_eq!(a.poll_timeout(), Some(now + 50_000));
     }

@@ -35,7 +35,7 @@ use crate::route::compute_routes;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flitnet_core::control::{
-    DataTransport, FabricParams, HostDaemonReport, SwitchReport, SwitchingMode, TimerLateness,
+    DataTransport, FabricParams, HostDaemonReport, LatenessSummary, SwitchReport, SwitchingMode,
     TrafficSpec, TransportCounters,
 };
 use flitnet_core::host::histogram::Percentiles;
@@ -177,7 +177,7 @@ struct Forwarding {
     switch_cpu_ns_per_flit: f64,
     /// CPU time the forwarder thread spent per datagram forwarded.
     baseline_cpu_ns_per_datagram: f64,
-    lateness: TimerLateness,
+    lateness: LatenessSummary,
     transport: TransportCounters,
 }
 
@@ -221,13 +221,13 @@ fn pct(x: f64) -> String {
     format!("{:.1} %", x * 100.0)
 }
 
-fn lateness_text(v: &TimerLateness) -> String {
+fn lateness_text(v: &LatenessSummary) -> String {
     format!(
         "p50 {:.1} us, p99 {:.1} us, max {:.1} us over {} timers",
         v.p50_ns as f64 / 1e3,
         v.p99_ns as f64 / 1e3,
         v.max_ns as f64 / 1e3,
-        v.timers
+        v.count
     )
 }
 

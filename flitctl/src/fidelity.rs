@@ -2,14 +2,19 @@
 //! fidelity verdict every run report carries (docs/fidelity.md).
 //!
 //! The figures come from the daemons' own reports: timer lateness (how late
-//! the event loops fired the state machines' timers, emulated time), the
+//! the event loops fired the state machines' timers, emulated time),
+//! arrival lateness (how late the links read flits against their emulated
+//! release time: a daemon waiting for a CPU fires no late timer, it reads
+//! its input late), the
 //! share of wall time each daemon was runnable but not running
 //! (`/proc/thread-self/schedstat`), and how fast links went while they had
 //! flits queued, against their configured bandwidth. Offered versus carried
 //! load is shown beside them: a fabric driven past its saturation carries
 //! less than offered on any machine, so it is a figure, not a criterion.
 
-use flitnet_core::control::{FabricParams, HostDaemonReport, LoopReport, SwitchReport};
+use flitnet_core::control::{
+    FabricParams, HostDaemonReport, LatenessSummary, LoopReport, SwitchReport,
+};
 use flitnet_core::topology::{NodeRef, Topology};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -61,9 +66,12 @@ impl Verdict {
     }
 }
 
-/// Timer lateness, emulated µs and flit times.
+/// Timer or arrival lateness, emulated µs and flit times.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LatenessFigures {
+    /// Samples over all daemons (timers fired, flits read).
+    #[serde(default)]
+    pub count: u64,
     /// Median over daemons of their p50, and the worst daemon's p99 and max.
     pub p50_us: f64,
     pub p99_us: f64,
@@ -123,6 +131,10 @@ pub struct Fidelity {
     pub carried_messages: u64,
     pub carried_share: f64,
     pub lateness: LatenessFigures,
+    /// How late links read flits against their release time (paced links
+    /// between daemons sharing a clock; none otherwise).
+    #[serde(default)]
+    pub arrivals: LatenessFigures,
     pub backlog: BacklogFigures,
     pub sched: SchedFigures,
 }
@@ -181,29 +193,8 @@ pub fn judge(
     } else {
         f.carried_messages as f64 / f.offered_messages as f64
     };
-    // Timer lateness.
-    let mut p50s = Vec::new();
-    for (name, l) in loops(cx.topo, hosts, switches) {
-        let t = &l.timer_lateness;
-        if t.timers == 0 {
-            continue;
-        }
-        p50s.push(t.p50_ns);
-        let p99 = t.p99_ns as f64 / 1e3;
-        if p99 >= f.lateness.p99_us || f.lateness.worst.is_empty() {
-            f.lateness.p99_us = p99;
-            f.lateness.worst = name;
-        }
-        f.lateness.max_us = f.lateness.max_us.max(t.max_ns as f64 / 1e3);
-    }
-    p50s.sort_unstable();
-    f.lateness.p50_us = p50s.get(p50s.len() / 2).copied().unwrap_or(0) as f64 / 1e3;
-    if let Some(ft) = flit_ns {
-        let l = &mut f.lateness;
-        l.p50_flit_times = Some(l.p50_us * 1e3 / ft);
-        l.p99_flit_times = Some(l.p99_us * 1e3 / ft);
-        l.max_flit_times = Some(l.max_us * 1e3 / ft);
-    }
+    f.lateness = lateness_figures(cx.topo, hosts, switches, flit_ns, |l| &l.timer_lateness);
+    f.arrivals = lateness_figures(cx.topo, hosts, switches, flit_ns, |l| &l.arrival_lateness);
     // Backlogged links.
     let (mut ns, mut flits) = (0u64, 0u64);
     for (name, l) in loops(cx.topo, hosts, switches) {
@@ -254,6 +245,41 @@ pub fn judge(
     f
 }
 
+/// Median over daemons of their p50, worst p99 and max, of the lateness
+/// `pick` takes from each daemon's loop report.
+fn lateness_figures(
+    topo: &Topology,
+    hosts: &[(NodeRef, HostDaemonReport)],
+    switches: &[(NodeRef, SwitchReport)],
+    flit_ns: Option<f64>,
+    pick: impl Fn(&LoopReport) -> &LatenessSummary,
+) -> LatenessFigures {
+    let mut f = LatenessFigures::default();
+    let mut p50s = Vec::new();
+    for (name, l) in loops(topo, hosts, switches) {
+        let t = pick(l);
+        if t.count == 0 {
+            continue;
+        }
+        f.count += t.count;
+        p50s.push(t.p50_ns);
+        let p99 = t.p99_ns as f64 / 1e3;
+        if p99 >= f.p99_us || f.worst.is_empty() {
+            f.p99_us = p99;
+            f.worst = name;
+        }
+        f.max_us = f.max_us.max(t.max_ns as f64 / 1e3);
+    }
+    p50s.sort_unstable();
+    f.p50_us = p50s.get(p50s.len() / 2).copied().unwrap_or(0) as f64 / 1e3;
+    if let Some(ft) = flit_ns.filter(|_| f.count > 0) {
+        f.p50_flit_times = Some(f.p50_us * 1e3 / ft);
+        f.p99_flit_times = Some(f.p99_us * 1e3 / ft);
+        f.max_flit_times = Some(f.max_us * 1e3 / ft);
+    }
+    f
+}
+
 /// Sets the verdict, its reason and the suggested factor from the figures.
 fn decide(f: &mut Fidelity) {
     // Each criterion: (verdict, text, factor it asks for).
@@ -272,40 +298,39 @@ fn decide(f: &mut Fidelity) {
             Verdict::NotFaithful
         }
     };
-    if let Some(p50) = f.lateness.p50_flit_times {
-        let v = grade(
-            p50,
-            LATENESS_P50_FAITHFUL_FLIT_TIMES,
-            LATENESS_P50_UNFAITHFUL_FLIT_TIMES,
-            false,
-        );
-        findings.push((
-            v,
-            format!(
-                "timers p50 late {} = {:.1} flit times",
-                fmt_us(f.lateness.p50_us),
-                p50
-            ),
-            p50 / LATENESS_P50_FAITHFUL_FLIT_TIMES,
-        ));
-    }
-    if let Some(p99) = f.lateness.p99_flit_times {
-        let v = grade(
-            p99,
-            LATENESS_P99_FAITHFUL_FLIT_TIMES,
-            LATENESS_P99_UNFAITHFUL_FLIT_TIMES,
-            false,
-        );
-        findings.push((
-            v,
-            format!(
-                "timers p99 late {} = {:.0} flit times ({})",
-                fmt_us(f.lateness.p99_us),
+    // Late timers and late arrivals are judged alike: either way a flit
+    // left or landed that much later than the emulated network would have.
+    for (what, l) in [("timers", &f.lateness), ("arrivals", &f.arrivals)] {
+        if let Some(p50) = l.p50_flit_times {
+            let v = grade(
+                p50,
+                LATENESS_P50_FAITHFUL_FLIT_TIMES,
+                LATENESS_P50_UNFAITHFUL_FLIT_TIMES,
+                false,
+            );
+            findings.push((
+                v,
+                format!("{what} p50 late {} = {p50:.1} flit times", fmt_us(l.p50_us)),
+                p50 / LATENESS_P50_FAITHFUL_FLIT_TIMES,
+            ));
+        }
+        if let Some(p99) = l.p99_flit_times {
+            let v = grade(
                 p99,
-                f.lateness.worst
-            ),
-            p99 / LATENESS_P99_FAITHFUL_FLIT_TIMES,
-        ));
+                LATENESS_P99_FAITHFUL_FLIT_TIMES,
+                LATENESS_P99_UNFAITHFUL_FLIT_TIMES,
+                false,
+            );
+            findings.push((
+                v,
+                format!(
+                    "{what} p99 late {} = {p99:.0} flit times ({})",
+                    fmt_us(l.p99_us),
+                    l.worst
+                ),
+                p99 / LATENESS_P99_FAITHFUL_FLIT_TIMES,
+            ));
+        }
     }
     if let Some(share) = f.backlog.rate_share {
         let v = grade(share, BACKLOG_RATE_FAITHFUL, BACKLOG_RATE_UNFAITHFUL, true);
@@ -410,6 +435,19 @@ impl fmt::Display for Fidelity {
             fmt_us(self.lateness.max_us),
             ft(self.lateness.max_flit_times),
         )?;
+        if self.arrivals.count > 0 {
+            writeln!(
+                f,
+                "  arrivals    late p50 {}{}  p99 {}{}  max {}{} over {} flits read",
+                fmt_us(self.arrivals.p50_us),
+                ft(self.arrivals.p50_flit_times),
+                fmt_us(self.arrivals.p99_us),
+                ft(self.arrivals.p99_flit_times),
+                fmt_us(self.arrivals.max_us),
+                ft(self.arrivals.max_flit_times),
+                self.arrivals.count,
+            )?;
+        }
         match self.backlog.rate_share {
             Some(s) => writeln!(
                 f,
@@ -646,7 +684,7 @@ pub fn calibrate(topo: &Topology, params: &FabricParams, load: f64) -> Calibrati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flitnet_core::control::{PortBacklog, SchedShare, TimerLateness};
+    use flitnet_core::control::{LatenessSummary, PortBacklog, SchedShare};
     use flitnet_core::topology::generators::hypercube;
 
     fn host(p99_ns: u64, wait_share: f64, backlog: Option<(u64, u64)>) -> HostDaemonReport {
@@ -663,8 +701,8 @@ mod tests {
         h.endpoint.source.generated_messages = 90;
         h.endpoint.source.not_generated_queue_full = 10;
         h.endpoint.source.messages_sent = 90;
-        h.event_loop.timer_lateness = TimerLateness {
-            timers: 100,
+        h.event_loop.timer_lateness = LatenessSummary {
+            count: 100,
             mean_ns: p50_ns,
             p50_ns,
             p99_ns,
@@ -754,6 +792,53 @@ mod tests {
         assert_eq!(f.verdict, Some(Verdict::Degraded), "{}", f.line());
         assert!(
             f.line().contains("h0 waited for a CPU 50 %"),
+            "{}",
+            f.line()
+        );
+    }
+
+    #[test]
+    fn a_daemon_that_reads_its_input_late_is_not_faithful_though_its_timers_are_on_time() {
+        // Timers p50 1 µs, p99 5 µs; waited for a CPU half the run, and
+        // read flits 100 µs (20 flit times) late at the median, 2 ms at p99.
+        let mut h = host_with(1_000, 5_000, 0.5, None);
+        h.event_loop.arrival_lateness = LatenessSummary {
+            count: 1_000,
+            mean_ns: 200_000,
+            p50_ns: 100_000,
+            p99_ns: 2_000_000,
+            max_ns: 3_000_000,
+        };
+        let f = judge_one(h);
+        assert_eq!(f.verdict, Some(Verdict::NotFaithful), "{}", f.line());
+        assert_eq!(f.arrivals.count, 1_000);
+        assert_eq!(f.arrivals.p50_flit_times, Some(20.0));
+        let line = f.line();
+        assert!(
+            line.starts_with(
+                "not faithful: arrivals p50 late 100 us = 20.0 flit times; arrivals p99 late 2.0 ms = 400 flit times (h0)"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("h0 waited for a CPU 50 %"), "{line}");
+        // 20 flit times at p50 ask for 20 times the factor: 32.
+        assert_eq!(f.suggested_dilation, Some(32));
+        assert!(f
+            .to_string()
+            .contains("  arrivals    late p50 100 us = 20.0 flit times"));
+        // The same daemon reading in time is faithful, and says so.
+        let mut h = host_with(1_000, 5_000, 0.5, None);
+        h.event_loop.arrival_lateness = LatenessSummary {
+            count: 1_000,
+            p99_ns: 4_000,
+            max_ns: 9_000,
+            ..LatenessSummary::default()
+        };
+        let f = judge_one(h);
+        assert_eq!(f.verdict, Some(Verdict::Faithful), "{}", f.line());
+        assert!(
+            f.line()
+                .contains("arrivals p99 late 4 us = 1 flit times (h0)"),
             "{}",
             f.line()
         );

@@ -5,9 +5,8 @@ use crate::control::ControlInbox;
 use crate::transport::{Transport, SEND_BATCH};
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use flitnet_core::control::{
-    LoopReport, PortBacklog, Reply, Request, Response, SchedShare, TimerLateness,
-};
+use flitnet_core::control::{LoopReport, PortBacklog, Reply, Request, Response, SchedShare};
+use flitnet_core::lateness::LatenessHistogram;
 use flitnet_core::link::Link;
 pub use flitnet_core::node::Node;
 use flitnet_core::topology::PortNo;
@@ -63,68 +62,6 @@ const SPIN_NS: u64 = 2_000;
 /// per flit; the receiver still releases each flit at its emulated time
 /// (docs/wire.md, "Serialisation").
 pub const PACING_QUANTUM_NS: u64 = 20_000;
-
-/// How late timers fire: the emulation's time dilation. A log2 histogram,
-/// so recording is a few instructions and never allocates.
-#[derive(Debug, Clone)]
-pub struct Lateness {
-    /// `buckets[i]` counts lateness in `[2^(i-1), 2^i)` ns (bucket 0: 0 ns).
-    buckets: [u64; 64],
-    count: u64,
-    sum_ns: u64,
-    max_ns: u64,
-}
-
-impl Default for Lateness {
-    fn default() -> Self {
-        Lateness {
-            buckets: [0; 64],
-            count: 0,
-            sum_ns: 0,
-            max_ns: 0,
-        }
-    }
-}
-
-impl Lateness {
-    pub fn record(&mut self, ns: u64) {
-        let i = (64 - ns.leading_zeros()) as usize;
-        self.buckets[i.min(63)] += 1;
-        self.count += 1;
-        self.sum_ns = self.sum_ns.saturating_add(ns);
-        self.max_ns = self.max_ns.max(ns);
-    }
-
-    /// Upper bound of the bucket holding quantile `q` (0..=1), in ns.
-    pub fn quantile_ns(&self, q: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let target = ((self.count as f64 * q).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, &c) in self.buckets.iter().enumerate() {
-            seen += c;
-            if seen >= target {
-                return if i == 0 {
-                    0
-                } else {
-                    (1u64 << i).min(self.max_ns)
-                };
-            }
-        }
-        self.max_ns
-    }
-
-    pub fn summary(&self) -> TimerLateness {
-        TimerLateness {
-            timers: self.count,
-            mean_ns: self.sum_ns.checked_div(self.count).unwrap_or(0),
-            p50_ns: self.quantile_ns(0.5),
-            p99_ns: self.quantile_ns(0.99),
-            max_ns: self.max_ns,
-        }
-    }
-}
 
 /// How fast each link carried flits while it had flits queued (credits
 /// are taken when a flit is queued, so a queued flit waits only for the
@@ -277,7 +214,7 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     let mut wake = inbox.wake;
     let mut tx = TxBatch::new();
-    let mut lateness = Lateness::default();
+    let mut lateness = LatenessHistogram::default();
     let mut backlog = BacklogMeter::default();
     let sched_start = read_schedstat();
     let mut next_metrics = 0u64;
@@ -382,6 +319,7 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
                 if report {
                     let figures = LoopReport {
                         timer_lateness: lateness.summary(),
+                        arrival_lateness: arrival_lateness(&*node).summary(),
                         transport: transport.counters().clone(),
                         dilation: dilation(),
                         sched_start: sched_start.clone(),
@@ -417,12 +355,20 @@ pub fn run<N: Daemon>(node: &mut N, transport: &mut Transport, inbox: ControlInb
     }
 }
 
-/// The loop's fidelity figures as gauges (docs/metrics.md): timer lateness
-/// quantiles (emulated seconds), the share of wall time the daemon waited
+/// How late `node`'s links read flits against their release times, all
+/// links together.
+fn arrival_lateness<N: Daemon + ?Sized>(node: &N) -> LatenessHistogram {
+    let mut all = LatenessHistogram::default();
+    node.for_each_link(&mut |_, link| all.merge(link.arrival_lateness()));
+    all
+}
+
+/// The loop's fidelity figures as gauges (docs/metrics.md): timer and
+/// arrival lateness quantiles (emulated seconds), the share of wall time the daemon waited
 /// to run, the dilation factor.
 fn publish_loop_metrics<N: Daemon + ?Sized>(
     node: &N,
-    lateness: &Lateness,
+    lateness: &LatenessHistogram,
     sched_start: Option<&SchedShare>,
 ) {
     let (kind, name) = node.metric_label();
@@ -430,9 +376,18 @@ fn publish_loop_metrics<N: Daemon + ?Sized>(
     for (stat, ns) in [
         ("p50", lateness.quantile_ns(0.5)),
         ("p99", lateness.quantile_ns(0.99)),
-        ("max", lateness.max_ns),
+        ("max", lateness.max_ns()),
     ] {
         metrics::gauge!("flitnet_timer_lateness_seconds", kind => name.clone(), "stat" => stat)
+            .set(ns as f64 / 1e9);
+    }
+    let arrivals = arrival_lateness(node);
+    for (stat, ns) in [
+        ("p50", arrivals.quantile_ns(0.5)),
+        ("p99", arrivals.quantile_ns(0.99)),
+        ("max", arrivals.max_ns()),
+    ] {
+        metrics::gauge!("flitnet_arrival_lateness_seconds", kind => name.clone(), "stat" => stat)
             .set(ns as f64 / 1e9);
     }
     if let (Some(a), Some(b)) = (sched_start, read_schedstat()) {
@@ -449,6 +404,10 @@ pub fn describe_fidelity_metrics() {
     metrics::describe_gauge!(
         "flitnet_timer_lateness_seconds",
         "How late the event loop fired timers since it started, emulated seconds (stat p50, p99, max)."
+    );
+    metrics::describe_gauge!(
+        "flitnet_arrival_lateness_seconds",
+        "How late the links read flits against their emulated release time since the loop started, emulated seconds (stat p50, p99, max)."
     );
     metrics::describe_gauge!(
         "flitnet_sched_wait_ratio",
@@ -474,23 +433,4 @@ fn annotate_report(response: &mut Response, figures: LoopReport) {
         _ => return,
     };
     *event_loop = figures;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lateness_quantiles_bound_the_recorded_values() {
-        let mut l = Lateness::default();
-        assert_eq!(l.quantile_ns(0.5), 0);
-        for ns in [0, 1_000, 1_500, 2_000, 3_000, 1_000_000] {
-            l.record(ns);
-        }
-        let p50 = l.quantile_ns(0.5);
-        assert!((1_500..=2_048).contains(&p50), "{p50}");
-        assert_eq!(l.quantile_ns(1.0), 1_000_000);
-        assert_eq!(l.summary().timers, 6);
-        assert_eq!(l.summary().max_ns, 1_000_000);
-    }
 }

@@ -44,11 +44,14 @@ pub enum NodeKind {
     Host,
 }
 
-/// How late the daemon's event loop fired its timers (a histogram summary).
+/// How late something happened against its schedule (a summary of a
+/// [`crate::lateness::LatenessHistogram`]): timers an event loop fired,
+/// flits links read after their release time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimerLateness {
-    /// Timers fired.
-    pub timers: u64,
+pub struct LatenessSummary {
+    /// Samples: timers fired, flits read.
+    #[serde(alias = "timers")]
+    pub count: u64,
     pub mean_ns: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
@@ -97,7 +100,13 @@ pub struct TransportCounters {
 pub struct LoopReport {
     /// In emulated time (wall lateness / `dilation`).
     #[serde(default)]
-    pub timer_lateness: TimerLateness,
+    pub timer_lateness: LatenessSummary,
+    /// How late the daemon's links read flits against their emulated
+    /// release time (departure stamp + serialisation + propagation), all
+    /// links together, in emulated time: a daemon that waits for a CPU
+    /// reads its input late and fires no late timer for it.
+    #[serde(default)]
+    pub arrival_lateness: LatenessSummary,
     #[serde(default)]
     pub transport: TransportCounters,
     /// The daemon's time dilation factor (0 in reports of daemons that
