@@ -61,6 +61,8 @@ pub struct Row {
     pub sim_p99_us: f64,
     pub live_p99_us: f64,
     pub verdict: String,
+    /// The verdict's reason, with the figures behind it.
+    pub reason: String,
     pub dilation: u32,
 }
 
@@ -87,6 +89,8 @@ pub struct FaultRow {
     pub sim_recovered_latency_ms: f64,
     pub live_recovered_latency_ms: f64,
     pub verdict: String,
+    /// The verdict's reason, with the figures behind it.
+    pub reason: String,
     pub dilation: u32,
 }
 
@@ -318,6 +322,7 @@ fn fault_row(
         sim_recovered_latency_ms: sim.totals.recovered_latency_mean_us / 1e3,
         live_recovered_latency_ms: live.totals.recovered_latency_mean_us / 1e3,
         verdict: fi.verdict.map_or("unknown", |v| v.name()).to_string(),
+        reason: fi.reason.clone(),
         dilation: fi.dilation,
     })
 }
@@ -359,6 +364,7 @@ pub fn run(args: BenchFidelityArgs) -> Result<()> {
             sim_p99_us: sim.latency.p99_us,
             live_p99_us: live.latency.p99_us,
             verdict: fi.verdict.map_or("unknown", |v| v.name()).to_string(),
+            reason: fi.reason.clone(),
             dilation: fi.dilation,
         };
         eprintln!("{}", format_row(&row));

@@ -373,7 +373,9 @@ pub struct RunReport {
 
 /// Hosts the faults cut off: those outside the largest connected part of
 /// the fabric without the failed links and switches (ties: the part
-/// holding the lowest-numbered host).
+/// holding the lowest-numbered host). A part of one host is never the
+/// largest: a host alone talks to nobody, so when no two hosts stay
+/// connected every host is cut off.
 pub fn unreachable_hosts(topo: &Topology, faults: &FaultSet) -> BTreeSet<NodeRef> {
     let mut part: BTreeMap<NodeRef, usize> = BTreeMap::new();
     let mut sizes = Vec::new();
@@ -411,7 +413,9 @@ pub fn unreachable_hosts(topo: &Topology, faults: &FaultSet) -> BTreeSet<NodeRef
         }
         sizes.push(hosts);
     }
-    let main = (0..sizes.len()).max_by_key(|&i| (sizes[i], std::cmp::Reverse(i)));
+    let main = (0..sizes.len())
+        .filter(|&i| sizes[i] >= 2)
+        .max_by_key(|&i| (sizes[i], std::cmp::Reverse(i)));
     part.into_iter()
         .filter(|(n, id)| matches!(n, NodeRef::Host(_)) && Some(*id) != main)
         .map(|(n, _)| n)
@@ -745,6 +749,15 @@ mod tests {
         assert_eq!(
             unreachable_hosts(&mesh, &FaultSet::with_links(corner)),
             BTreeSet::from([NodeRef::Host(0)])
+        );
+        // Opposite corners of a 2-cube dead: r1 and r2 share no link, so
+        // no two hosts can talk, h0 (whose own switch is dead) included.
+        let square = hypercube(2).unwrap();
+        let mut dead = FaultSet::none();
+        dead.switches.extend([0, 3]);
+        assert_eq!(
+            unreachable_hosts(&square, &dead),
+            (0..4).map(NodeRef::Host).collect::<BTreeSet<_>>()
         );
     }
 
