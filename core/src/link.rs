@@ -127,20 +127,176 @@ impl Extensions {
         let mut ext = Extensions::default();
         for i in items {
             if let Item::Extension { code, body } = i {
-                match *code {
-                    wire::EXT_LINK_RESET => {
-                        ext.link_reset = ext.link_reset.or(wire::decode_link_reset(body))
-                    }
-                    wire::EXT_SENT_AT => ext.sent_at = ext.sent_at.or(wire::decode_sent_at(body)),
-                    wire::EXT_SYNC_REQUEST => ext.sync_request = true,
-                    wire::EXT_DEPARTURE => {
-                        ext.departure = ext.departure.or(wire::decode_departure(body))
-                    }
-                    _ => {}
-                }
+                ext.note(*code, body);
             }
         }
         ext
+    }
+
+    /// Takes in one extension item (the first of each kind counts).
+    fn note(&mut self, code: u8, body: &[u8]) {
+        match code {
+            wire::EXT_LINK_RESET => {
+                self.link_reset = self.link_reset.or(wire::decode_link_reset(body))
+            }
+            wire::EXT_SENT_AT => self.sent_at = self.sent_at.or(wire::decode_sent_at(body)),
+            wire::EXT_SYNC_REQUEST => self.sync_request = true,
+            wire::EXT_DEPARTURE => self.departure = self.departure.or(wire::decode_departure(body)),
+            _ => {}
+        }
+    }
+}
+
+/// A datagram handed from one link end to its peer in the same process
+/// without its wire encoding: the items, header and extensions the peer
+/// would decode from the bytes, the length the bytes would have, and the
+/// error decoding them would report. [`Link::poll_transmit_decoded`]
+/// writes one, [`Link::handle_decoded`] takes it in exactly as
+/// [`Link::handle_datagram`] takes in the encoded bytes: the simulator
+/// saves encoding, decoding and the CRC on every datagram that is not
+/// damaged on the way. Reusable: its item vector keeps its capacity.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    header: Header,
+    items: Vec<Item>,
+    ext: Extensions,
+    len: usize,
+    malformed: Option<WireError>,
+}
+
+impl Decoded {
+    /// Bytes the datagram would take on the wire.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true once written: a datagram always has its header.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops what it holds (its flits' payloads with them).
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.ext = Extensions::default();
+        self.len = 0;
+        self.malformed = None;
+    }
+}
+
+/// Where [`Link::poll_transmit`] writes a datagram: the wire encoding
+/// ([`wire::FrameWriter`]) or the decoded items ([`Decoded`]).
+trait DatagramOut {
+    /// Bytes written so far, header included.
+    fn len(&self) -> usize;
+    /// Bytes `f` would take if pushed next.
+    fn flit_len(&self, f: &Flit) -> usize;
+    fn push_flit(&mut self, f: Flit);
+    fn push_credit(&mut self, vc: u8, freed_total: u16);
+    fn push_keepalive(&mut self);
+    fn push_sync(&mut self, s: &SyncInfo);
+    fn push_extension(&mut self, code: u8, body: &[u8]);
+    /// Completes the datagram; returns its length in bytes.
+    fn finish(self) -> usize;
+}
+
+impl DatagramOut for FrameWriter<'_> {
+    fn len(&self) -> usize {
+        FrameWriter::len(self)
+    }
+    fn flit_len(&self, f: &Flit) -> usize {
+        FrameWriter::flit_len(self, f)
+    }
+    fn push_flit(&mut self, f: Flit) {
+        FrameWriter::push_flit(self, &f);
+    }
+    fn push_credit(&mut self, vc: u8, freed_total: u16) {
+        FrameWriter::push_credit(self, vc, freed_total);
+    }
+    fn push_keepalive(&mut self) {
+        FrameWriter::push_keepalive(self);
+    }
+    fn push_sync(&mut self, s: &SyncInfo) {
+        FrameWriter::push_sync(self, s);
+    }
+    fn push_extension(&mut self, code: u8, body: &[u8]) {
+        FrameWriter::push_extension(self, code, body);
+    }
+    fn finish(self) -> usize {
+        FrameWriter::finish(self)
+    }
+}
+
+/// Writes a [`Decoded`]: each item as decoding its encoding yields it,
+/// counting the encoding's length.
+struct DecodedWriter<'a> {
+    d: &'a mut Decoded,
+    len: wire::FrameLen,
+}
+
+impl<'a> DecodedWriter<'a> {
+    fn new(d: &'a mut Decoded, header: Header) -> Self {
+        d.clear();
+        d.header = header;
+        DecodedWriter {
+            d,
+            len: wire::FrameLen::default(),
+        }
+    }
+
+    fn push_item(&mut self, item: Item, len: usize) {
+        self.len.add(len);
+        self.d.items.push(item);
+    }
+}
+
+impl DatagramOut for DecodedWriter<'_> {
+    fn len(&self) -> usize {
+        self.len.len()
+    }
+    fn flit_len(&self, f: &Flit) -> usize {
+        self.len.flit_len(f)
+    }
+    fn push_flit(&mut self, mut f: Flit) {
+        let (index, offset) = (self.d.items.len() as u16, self.len.len());
+        self.len.add_flit(&f);
+        if let Err(e) = wire::as_decoded(&mut f, index, offset) {
+            self.d.malformed.get_or_insert(e);
+        }
+        self.d.items.push(Item::Flit(f));
+    }
+    fn push_credit(&mut self, vc: u8, freed_total: u16) {
+        let vc = vc & 0x0F;
+        self.push_item(Item::Credit { vc, freed_total }, CREDIT_ITEM_LEN);
+    }
+    fn push_keepalive(&mut self) {
+        self.push_item(Item::Keepalive, KEEPALIVE_ITEM_LEN);
+    }
+    fn push_sync(&mut self, s: &SyncInfo) {
+        let vcs = s.vcs.min(MAX_VCS as u8);
+        let mut transmitted = [0; MAX_VCS];
+        transmitted[..vcs as usize].copy_from_slice(&s.transmitted[..vcs as usize]);
+        self.push_item(
+            Item::Sync(SyncInfo { vcs, transmitted }),
+            wire::sync_len(vcs),
+        );
+    }
+    fn push_extension(&mut self, code: u8, body: &[u8]) {
+        let body = &body[..body.len().min(u16::MAX as usize)];
+        self.d.ext.note(code, body);
+        // The link acts on extensions through `ext`; the item keeps its
+        // place among the others (it is queued like them) without its body.
+        self.push_item(
+            Item::Extension {
+                code,
+                body: Bytes::new(),
+            },
+            4 + body.len(),
+        );
+    }
+    fn finish(self) -> usize {
+        self.d.len = self.len.len();
+        self.d.len
     }
 }
 
@@ -879,42 +1035,70 @@ impl Link {
         self.advance(now);
         self.end_retrain_if_due(now);
         let mut frame = std::mem::take(&mut self.scratch);
-        let r = self.take_in(now, &data, &mut frame);
+        let r = match wire::decode_bytes_into(&data, &mut frame) {
+            Ok(()) => {
+                let ext = Extensions::of(&frame.items);
+                self.take_in(now, data.len(), frame.header, &mut frame.items, ext);
+                Ok(())
+            }
+            Err(e) => Err(self.reject(now, e)),
+        };
         frame.items.clear();
         self.scratch = frame;
         self.deliver_due(now);
         r
     }
 
+    /// [`Link::handle_datagram`] of the datagram the peer wrote with
+    /// [`Link::poll_transmit_decoded`]: the same effects as its encoding
+    /// would have, without decoding it. Leaves `d` empty.
+    pub fn handle_decoded(&mut self, now: u64, d: &mut Decoded) -> Result<(), WireError> {
+        self.advance(now);
+        self.end_retrain_if_due(now);
+        let r = match d.malformed.take() {
+            None => {
+                self.take_in(now, d.len, d.header, &mut d.items, d.ext);
+                Ok(())
+            }
+            Some(e) => Err(self.reject(now, e)),
+        };
+        d.clear();
+        self.deliver_due(now);
+        r
+    }
+
+    /// A datagram that does not decode: counted, and on a point-to-point
+    /// link one the peer sent and we lost.
+    fn reject(&mut self, now: u64, e: WireError) -> WireError {
+        let cause = match e {
+            WireError::BadCrc { .. } => {
+                self.stats.crc_errors += 1;
+                LinkErrorCause::Crc
+            }
+            _ => {
+                self.stats.bad_datagrams += 1;
+                LinkErrorCause::Malformed
+            }
+        };
+        self.link_error(now, cause);
+        e
+    }
+
+    /// Takes in a decoded datagram of `len` bytes.
     fn take_in(
         &mut self,
         now: u64,
-        data: &Bytes,
-        frame: &mut wire::Frame,
-    ) -> Result<(), WireError> {
-        if let Err(e) = wire::decode_bytes_into(data, frame) {
-            let cause = match e {
-                WireError::BadCrc { .. } => {
-                    self.stats.crc_errors += 1;
-                    LinkErrorCause::Crc
-                }
-                _ => {
-                    self.stats.bad_datagrams += 1;
-                    LinkErrorCause::Malformed
-                }
-            };
-            // On a point-to-point link a datagram that does not decode is
-            // one the peer sent and we lost.
-            self.link_error(now, cause);
-            return Err(e);
-        }
+        len: usize,
+        header: Header,
+        items: &mut Vec<Item>,
+        ext: Extensions,
+    ) {
         if !self.admin_up {
             self.stats.rx_dropped_down += 1;
-            return Ok(());
+            return;
         }
         self.stats.rx_datagrams += 1;
-        self.stats.rx_bytes += data.len() as u64;
-        let ext = Extensions::of(&frame.items);
+        self.stats.rx_bytes += len as u64;
         // With link error recovery off, a link reset is an unknown
         // extension like any other (skipped).
         let reset = ext.link_reset.filter(|_| self.cfg.retrain_ns > 0);
@@ -923,13 +1107,13 @@ impl Link {
             // (both ends detected an error) is noted so that its repeats,
             // which may arrive after this end is back, are not new errors.
             if let Some((gen, _)) = reset {
-                self.peer_reset_gen = Some((frame.header.epoch, gen));
+                self.peer_reset_gen = Some((header.epoch, gen));
             }
             self.stats.rx_dropped_retraining += 1;
-            return Ok(());
+            return;
         }
         if let Some((gen, code)) = reset {
-            let id = (frame.header.epoch, gen);
+            let id = (header.epoch, gen);
             if self.peer_reset_gen != Some(id) {
                 self.peer_reset_gen = Some(id);
                 self.stats.peer_link_resets += 1;
@@ -937,7 +1121,7 @@ impl Link {
             } else {
                 self.stats.rx_dropped_retraining += 1;
             }
-            return Ok(());
+            return;
         }
         self.last_heard = now;
         self.probe_since = None;
@@ -958,7 +1142,7 @@ impl Link {
             // The peer waits for our header before it sends data.
             self.next_sync_at = None;
         }
-        let h = frame.header;
+        let h = header;
         if self.peer_epoch != Some(h.epoch) {
             if let Some(old) = self.peer_epoch {
                 self.events.push_back(LinkEvent::PeerRestarted {
@@ -973,7 +1157,7 @@ impl Link {
             // Its counters are not about us yet: only learn its epoch.
             self.stats.rx_dropped_unsynced += 1;
             self.next_sync_at = None;
-            return Ok(());
+            return;
         }
         let s = &mut self.rx_seq;
         if !s.started {
@@ -989,24 +1173,24 @@ impl Link {
                 // would never come. The link goes down instead of limping on.
                 self.stats.seq_gaps += d as u64;
                 self.link_error(now, LinkErrorCause::SeqGap);
-                return Ok(());
+                return;
             } else if d >= 0 {
                 self.stats.seq_gaps += d as u64;
                 s.next = h.seq.wrapping_add(1);
             } else if (h.seq.wrapping_sub(s.floor) as i32) < 0 {
                 self.stats.stale_dropped += 1;
-                return Ok(());
+                return;
             } else {
                 self.stats.reordered += 1;
             }
         }
-        let has_sync = frame.items.iter().any(|i| matches!(i, Item::Sync(_)));
+        let has_sync = items.iter().any(|i| matches!(i, Item::Sync(_)));
         if has_sync && (h.seq.wrapping_sub(self.rx_seq.floor) as i32) > 0 {
             self.rx_seq.floor = h.seq;
         }
         let due = self.propagation_due(now, ext.sent_at);
         let mut flits = 0u64;
-        for item in frame.items.drain(..) {
+        for item in items.drain(..) {
             match item {
                 Item::Flit(f) => {
                     let at = self.flit_due(now, due, ext.departure, flits);
@@ -1017,7 +1201,6 @@ impl Link {
                 item => self.in_flight.push_back((due, item, self.rx_flits_queued)),
             }
         }
-        Ok(())
     }
 
     /// When flit number `i` of a datagram received at `now` is released:
@@ -1331,15 +1514,28 @@ impl Link {
     /// `handle_timeout` and `poll_received`), so an owner that re-examines
     /// credits after those calls never misses a change.
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        self.transmit(now, |h| FrameWriter::new(out, h))
+    }
+
+    /// [`Link::poll_transmit`] for a peer in the same process: the next
+    /// datagram into `out` as its peer would decode it ([`Decoded`], for
+    /// [`Link::handle_decoded`]). Everything else is as with the encoding.
+    pub fn poll_transmit_decoded(&mut self, now: u64, out: &mut Decoded) -> bool {
+        out.clear();
+        self.transmit(now, |h| DecodedWriter::new(out, h))
+    }
+
+    /// [`Link::poll_transmit`] into the writer `start` makes for a header.
+    fn transmit<W: DatagramOut>(&mut self, now: u64, start: impl FnOnce(Header) -> W) -> bool {
         self.advance(now);
         self.end_retrain_if_due(now);
-        out.clear();
         if !self.admin_up {
             return false;
         }
         if self.retrain_until.is_some() {
             self.idle_wire(now);
-            return self.poll_link_reset(now, out);
+            return self.poll_link_reset(now, start);
         }
         let data_ok = self.data_ok() && !self.tx_queue.is_empty();
         if !data_ok {
@@ -1373,7 +1569,7 @@ impl Link {
         if !data_starts && !sync && !credits {
             return false;
         }
-        let mut w = FrameWriter::new(out, self.next_header());
+        let mut w = start(self.next_header());
         if self.cfg.count_transit && self.cfg.propagation_ns > 0 {
             w.push_extension(wire::EXT_SENT_AT, &now.to_le_bytes());
         }
@@ -1427,11 +1623,11 @@ impl Link {
             if let Some(r) = rate {
                 self.wire_free = self.wire_free.max(ready as u128 * r as u128) + NS_PER_S;
             }
-            w.push_flit(&f);
             let vc = f.vc as usize;
+            self.stats.tx_payload_bytes += f.payload.len() as u64;
+            w.push_flit(f);
             self.tx[vc].transmitted = self.tx[vc].transmitted.wrapping_add(1);
             self.stats.tx_flits[vc] += 1;
-            self.stats.tx_payload_bytes += f.payload.len() as u64;
             sent += 1;
         }
         if sync && !self.peer_synced {
@@ -1485,14 +1681,18 @@ impl Link {
 
     /// While retraining after an error detected here: the link-reset
     /// datagram, sent at once and then four times per retrain delay.
-    fn poll_link_reset(&mut self, now: u64, out: &mut Vec<u8>) -> bool {
+    fn poll_link_reset<W: DatagramOut>(
+        &mut self,
+        now: u64,
+        start: impl FnOnce(Header) -> W,
+    ) -> bool {
         let Some((gen, cause)) = self.reset_tx else {
             return false;
         };
         if now < self.next_reset_at {
             return false;
         }
-        let mut w = FrameWriter::new(out, self.next_header());
+        let mut w = start(self.next_header());
         w.push_extension(
             wire::EXT_LINK_RESET,
             &wire::encode_link_reset(gen, cause.code()),
@@ -2739,5 +2939,213 @@ mod tests {
             prop_assert_eq!(a.credits(0), 4);
             prop_assert_eq!(a.credits(1), 4);
         }
+    }
+
+    /// A flit with whatever a head may hold, including values the encoding
+    /// leaves out or the decoder rejects.
+    fn arb_wild_flit() -> impl Strategy<Value = Flit> {
+        let run = prop_oneof![Just(0u8), Just(0x13), Just(0x58), Just(0x69), Just(0x19)];
+        (
+            (0u8..4, 0u8..15, any::<bool>(), any::<u8>()),
+            (0u64..3, 0u32..3, 0u32..4),
+            (0u8..5, 0u8..5, any::<[u32; 3]>(), any::<bool>()),
+            proptest::collection::vec(run, 12),
+            0usize..40,
+        )
+            .prop_map(
+                |((k, vc, with_head, fl), (msg, packet, seq), (n, leg, im, m), runs, len)| {
+                    let kind = [
+                        FlitKind::Head,
+                        FlitKind::Body,
+                        FlitKind::Tail,
+                        FlitKind::HeadTail,
+                    ][k as usize];
+                    let mut h = Head {
+                        dst: im[0],
+                        src: im[1] / 3,
+                        intermediates: im,
+                        n_intermediates: n,
+                        leg,
+                        route_flags: if m {
+                            crate::flit::route_flags::MISROUTE
+                        } else {
+                            0
+                        },
+                        msg_flits: im[2],
+                        born_ns: 99,
+                        ..Head::default()
+                    };
+                    for (i, r) in runs.iter().enumerate() {
+                        h.runs[i / 3][i % 3] = *r;
+                    }
+                    Flit {
+                        kind,
+                        vc,
+                        flags: fl,
+                        msg,
+                        packet,
+                        seq,
+                        head: with_head.then_some(h),
+                        payload: Bytes::from(vec![fl; len]),
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        /// A datagram written decoded holds what decoding its encoding
+        /// gives (or the error decoding reports), and its length.
+        #[test]
+        fn a_decoded_datagram_is_what_decoding_its_encoding_gives(
+            flits in proptest::collection::vec(arb_wild_flit(), 0..8),
+            credits in proptest::collection::vec((0u8..15, any::<u16>()), 0..3),
+            sync in any::<bool>(),
+            departure in proptest::option::of(any::<u64>()),
+        ) {
+            let header = Header { epoch: 3, peer_epoch: 4, seq: 77, port: 2 };
+            let mut bytes = Vec::new();
+            let mut d = Decoded::default();
+            fn write<W: DatagramOut>(
+                mut w: W,
+                flits: &[Flit],
+                credits: &[(u8, u16)],
+                sync: bool,
+                departure: Option<u64>,
+            ) -> usize {
+                if let Some(t) = departure {
+                    w.push_extension(wire::EXT_DEPARTURE, &t.to_le_bytes());
+                }
+                for &(vc, n) in credits {
+                    w.push_credit(vc, n);
+                }
+                for f in flits {
+                    let _ = w.flit_len(f);
+                    w.push_flit(f.clone());
+                }
+                if sync {
+                    w.push_extension(wire::EXT_SYNC_REQUEST, &[]);
+                    let mut s = SyncInfo { vcs: 3, transmitted: [0; MAX_VCS] };
+                    s.transmitted[..3].copy_from_slice(&[1, 2, 3]);
+                    w.push_sync(&s);
+                    w.push_keepalive();
+                }
+                w.finish()
+            }
+            let n = write(FrameWriter::new(&mut bytes, header), &flits, &credits, sync, departure);
+            let m = write(DecodedWriter::new(&mut d, header), &flits, &credits, sync, departure);
+            prop_assert_eq!(n, bytes.len());
+            prop_assert_eq!(m, n);
+            prop_assert_eq!(d.len(), n);
+            match wire::decode(&bytes) {
+                Err(e) => prop_assert_eq!(d.malformed.clone(), Some(e)),
+                Ok(frame) => {
+                    prop_assert!(d.malformed.is_none());
+                    prop_assert_eq!(frame.header, d.header);
+                    let blank = |i: &Item| match i {
+                        Item::Extension { code, .. } => Item::Extension { code: *code, body: Bytes::new() },
+                        i => i.clone(),
+                    };
+                    let want: Vec<Item> = frame.items.iter().map(blank).collect();
+                    prop_assert_eq!(&want, &d.items);
+                    prop_assert_eq!(
+                        format!("{:?}", Extensions::of(&frame.items)),
+                        format!("{:?}", d.ext)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Two link pairs, one passing datagrams encoded and one decoded, stay
+    /// in step: the same datagrams, deadlines, deliveries and counters.
+    #[test]
+    fn links_passing_decoded_datagrams_behave_as_with_the_encoding() {
+        let c = LinkConfig {
+            bandwidth_flits_per_s: Some(10_000_000),
+            propagation_ns: 300,
+            count_transit: true,
+            pacing_quantum_ns: 250,
+            credit_coalesce_ns: 400,
+            ..cfg()
+        };
+        let pair = || {
+            (
+                Link::with_epoch(c.clone(), 10).unwrap(),
+                Link::with_epoch(c.clone(), 20).unwrap(),
+            )
+        };
+        let (mut a, mut b) = pair();
+        let (mut x, mut y) = pair();
+        let mut buf = Vec::new();
+        let mut d = Decoded::default();
+        let mut seq = 0;
+        /// One direction at `now`: `s` sends to `r` encoded, `p` to `q`
+        /// decoded.
+        #[allow(clippy::too_many_arguments)]
+        fn side(
+            now: u64,
+            queue: bool,
+            (s, r): (&mut Link, &mut Link),
+            (p, q): (&mut Link, &mut Link),
+            seq: &mut u32,
+            buf: &mut Vec<u8>,
+            d: &mut Decoded,
+        ) {
+            if queue {
+                for vc in 0..2 {
+                    if s.can_send(vc) {
+                        s.send(flit(vc, *seq)).unwrap();
+                        p.send(flit(vc, *seq)).unwrap();
+                        *seq += 1;
+                    }
+                }
+            }
+            s.handle_timeout(now);
+            p.handle_timeout(now);
+            loop {
+                let sent = s.poll_transmit(now, buf);
+                assert_eq!(sent, p.poll_transmit_decoded(now, d), "at {now}");
+                if !sent {
+                    break;
+                }
+                assert_eq!(buf.len(), d.len());
+                let _ = r.handle_datagram_slice(now, buf);
+                let _ = q.handle_decoded(now, d);
+            }
+            let got: Vec<Flit> = std::iter::from_fn(|| r.poll_received()).collect();
+            let got2: Vec<Flit> = std::iter::from_fn(|| q.poll_received()).collect();
+            assert_eq!(got, got2);
+            for f in &got {
+                r.release(f.vc, 1).unwrap();
+                q.release(f.vc, 1).unwrap();
+            }
+            assert_eq!(s.poll_timeout(), p.poll_timeout());
+            assert_eq!(r.poll_timeout(), q.poll_timeout());
+        }
+        for step in 0..400u64 {
+            let now = step * 97;
+            let queue = step % 3 == 0;
+            side(
+                now,
+                queue,
+                (&mut a, &mut b),
+                (&mut x, &mut y),
+                &mut seq,
+                &mut buf,
+                &mut d,
+            );
+            side(
+                now,
+                queue,
+                (&mut b, &mut a),
+                (&mut y, &mut x),
+                &mut seq,
+                &mut buf,
+                &mut d,
+            );
+        }
+        assert!(a.stats().rx_flits[0] > 50, "{:?}", a.stats());
+        assert_eq!(a.stats(), x.stats());
+        assert_eq!(b.stats(), y.stats());
     }
 }

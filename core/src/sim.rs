@@ -8,8 +8,8 @@
 //! produce identical delivery traces.
 
 use crate::host::endpoint::{self, HostConfig, HostEndpoint};
-use crate::link;
-use crate::node::Node;
+use crate::link::{self, Decoded};
+use crate::node::{InProcess, Node};
 use crate::routing::{Lft, RoutingTables, SwitchTable};
 use crate::switch::{Switch, SwitchConfig, SwitchTiming, Switching};
 use crate::topology::{FaultSet, LinkId, NodeRef, PortNo, PortRef, SwitchId, Topology};
@@ -24,6 +24,13 @@ enum EventKind {
         node: usize,
         port: PortNo,
         data: Bytes,
+    },
+    /// A datagram, held decoded in [`Fabric`]'s slot `slot`, reaches
+    /// `node` on `port`.
+    ArriveDecoded {
+        node: usize,
+        port: PortNo,
+        slot: u32,
     },
     /// `node` asked to be woken up (may be stale: checked when it fires).
     Wake { node: usize },
@@ -223,6 +230,15 @@ impl Scheduler {
 #[derive(Debug)]
 pub enum NoSwitch {}
 
+impl InProcess for NoSwitch {
+    fn handle_decoded(&mut self, _: u64, _: PortNo, _: &mut Decoded) {
+        match *self {}
+    }
+    fn poll_transmit_decoded(&mut self, _: u64, _: &mut Decoded) -> Option<PortNo> {
+        match *self {}
+    }
+}
+
 impl Node for NoSwitch {
     fn handle_datagram(&mut self, _: u64, _: PortNo, _: Bytes) {
         match *self {}
@@ -241,7 +257,7 @@ impl Node for NoSwitch {
 /// The nodes of a topology wired by its cables, with a fixed per-hop wire
 /// latency. Node index: hosts first, then switches (as [`Topology::nodes`]).
 #[derive(Debug)]
-pub struct Fabric<S: Node> {
+pub struct Fabric<S: InProcess> {
     pub topo: Topology,
     pub hosts: Vec<HostEndpoint>,
     pub switches: Vec<S>,
@@ -274,6 +290,15 @@ pub struct Fabric<S: Node> {
     /// Datagrams that reached a stopped node, or vanished on a pulled cable.
     pub lost_to_stopped: u64,
     pub lost_on_cut: u64,
+    /// Send every datagram encoded, as the daemons do, instead of decoded
+    /// ([`Fabric::set_encode_all`]).
+    encode_all: bool,
+    /// Datagrams in flight, decoded ([`EventKind::ArriveDecoded`]), and
+    /// the free slots; each keeps its item vector for reuse.
+    decoded: Vec<Decoded>,
+    free_decoded: Vec<u32>,
+    /// Where the next datagram is written before it takes a slot.
+    spare: Decoded,
 }
 
 /// One end of a cable as seen from the sender: the receiving node's index
@@ -285,7 +310,7 @@ struct Wire {
     link: LinkId,
 }
 
-impl<S: Node> Fabric<S> {
+impl<S: InProcess> Fabric<S> {
     /// Wires `hosts` (index = host id) and `switches` (index = switch id)
     /// by `topo`'s cables.
     pub fn new(topo: Topology, hosts: Vec<HostEndpoint>, switches: Vec<S>, wire_ns: u64) -> Self {
@@ -342,7 +367,19 @@ impl<S: Node> Fabric<S> {
             cut: vec![false; links],
             lost_to_stopped: 0,
             lost_on_cut: 0,
+            encode_all: false,
+            decoded: Vec::new(),
+            free_decoded: Vec::new(),
+            spare: Decoded::default(),
         }
+    }
+
+    /// Sends every datagram encoded and has the receiver decode it (the
+    /// daemons' path), instead of handing the decoded items over: both
+    /// give the same results. Datagrams that are logged ([`Fabric::wire_log`])
+    /// or may be damaged ([`Fabric::corrupt`]) are always encoded.
+    pub fn set_encode_all(&mut self, on: bool) {
+        self.encode_all = on;
     }
 
     /// Stops node `n` (a killed process: what reaches it is lost, it sends
@@ -409,7 +446,7 @@ impl<S: Node> Fabric<S> {
         self.now
     }
 
-    fn node(&mut self, i: usize) -> &mut dyn Node {
+    fn node(&mut self, i: usize) -> &mut dyn InProcess {
         let h = self.hosts.len();
         if i < h {
             &mut self.hosts[i]
@@ -439,6 +476,50 @@ impl<S: Node> Fabric<S> {
         if !self.running[i] {
             return;
         }
+        let corrupting = !self.corrupt_left.is_empty();
+        if corrupting || self.encode_all || self.wire_log.is_some() {
+            self.flush_encoded(i);
+        } else {
+            self.flush_decoded(i);
+        }
+        self.arm(i);
+    }
+
+    /// Sends what node `i` has to send now, decoded.
+    fn flush_decoded(&mut self, i: usize) {
+        let now = self.now;
+        let mut d = std::mem::take(&mut self.spare);
+        while let Some(port) = self.node(i).poll_transmit_decoded(now, &mut d) {
+            self.datagrams += 1;
+            match self.wires[i].get(port as usize).copied().flatten() {
+                Some(w) if self.cut[w.link as usize] => self.lost_on_cut += 1,
+                Some(w) => {
+                    let slot = match self.free_decoded.pop() {
+                        Some(s) => s,
+                        None => {
+                            self.decoded.push(Decoded::default());
+                            (self.decoded.len() - 1) as u32
+                        }
+                    };
+                    // The slot's emptied vector becomes the next spare.
+                    std::mem::swap(&mut self.decoded[slot as usize], &mut d);
+                    self.sched.push(
+                        now + self.wire_ns,
+                        EventKind::ArriveDecoded {
+                            node: w.to,
+                            port: w.port,
+                            slot,
+                        },
+                    );
+                }
+                None => self.unroutable += 1,
+            }
+        }
+        self.spare = d;
+    }
+
+    /// Sends what node `i` has to send now, encoded.
+    fn flush_encoded(&mut self, i: usize) {
         let now = self.now;
         let mut buf = std::mem::take(&mut self.buf);
         let corrupting = !self.corrupt_left.is_empty();
@@ -486,6 +567,11 @@ impl<S: Node> Fabric<S> {
             }
         }
         self.buf = buf;
+    }
+
+    /// Arms node `i`'s next wake-up.
+    fn arm(&mut self, i: usize) {
+        let now = self.now;
         if let Some(t) = self.node(i).poll_timeout() {
             let t = t.max(now);
             // Queue a wake-up unless an earlier pending one covers it.
@@ -543,6 +629,21 @@ impl<S: Node> Fabric<S> {
                         continue;
                     }
                     self.node(node).handle_datagram(now, port, data);
+                    node
+                }
+                EventKind::ArriveDecoded { node, port, slot } => {
+                    let mut d = std::mem::take(&mut self.decoded[slot as usize]);
+                    if self.running[node] {
+                        self.node(node).handle_decoded(now, port, &mut d);
+                    } else {
+                        self.lost_to_stopped += 1;
+                    }
+                    d.clear();
+                    self.decoded[slot as usize] = d;
+                    self.free_decoded.push(slot);
+                    if !self.running[node] {
+                        continue;
+                    }
                     node
                 }
                 EventKind::Wake { node } => {
@@ -885,6 +986,7 @@ mod tests {
                             assert_eq!(node, step);
                             assert_eq!(data.as_ref(), &step.to_le_bytes());
                         }
+                        EventKind::ArriveDecoded { .. } => unreachable!("none queued"),
                         EventKind::Wake { node } => assert_eq!(node, step),
                     }
                     now = t;
@@ -1314,6 +1416,43 @@ mod tests {
             .map(|h| h.report().sink.delivered_messages)
             .sum();
         assert!(delivered > 1_000, "{delivered}");
+    }
+
+    /// A fabric handing datagrams over decoded runs exactly as one that
+    /// encodes and decodes every datagram, as the daemons do.
+    #[test]
+    fn decoded_datagrams_give_the_same_run_as_encoded_ones() {
+        let run = |encode: bool| {
+            let topo = crate::topology::generators::kary_ntree(4, 2).unwrap();
+            let rt = shortest_path_lfts(&topo);
+            let mut host = host_template(TrafficPattern::Uniform, 2, 5);
+            host.source.load = OfferedLoad::FlitsPerSecond { rate: 20e6 };
+            host.link.propagation_ns = 700;
+            let cfg = SimConfig {
+                host,
+                switching: Switching::Wormhole,
+                switch_timing: SwitchTiming::default(),
+                wire_ns: 0,
+            };
+            let mut f = build_fabric(topo, &rt, &cfg).unwrap();
+            f.set_encode_all(encode);
+            f.start(0);
+            f.run_until(300_000);
+            let hosts: Vec<String> = f
+                .hosts
+                .iter()
+                .map(|h| format!("{:?} {:?}", h.report(), h.delivery_trace()))
+                .collect();
+            let switches: Vec<String> = f
+                .switches
+                .iter()
+                .map(|s| format!("{:?}", s.counters()))
+                .collect();
+            (hosts, switches, f.events, f.datagrams)
+        };
+        let decoded = run(false);
+        assert!(decoded.3 > 1_000, "{} datagrams", decoded.3);
+        assert_eq!(decoded, run(true));
     }
 
     #[test]

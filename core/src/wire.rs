@@ -456,6 +456,94 @@ impl<'a> FrameWriter<'a> {
     }
 }
 
+/// The length of a datagram as a [`FrameWriter`] would write it, counted
+/// item by item without writing (for a peer in the same process that takes
+/// the items themselves, [`crate::link::Decoded`]).
+#[derive(Clone, Debug)]
+pub struct FrameLen {
+    len: usize,
+    last: ContState,
+}
+
+impl Default for FrameLen {
+    fn default() -> Self {
+        FrameLen {
+            len: HEADER_LEN,
+            last: [None; 16],
+        }
+    }
+}
+
+impl FrameLen {
+    /// Bytes counted so far, header included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a datagram always has its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Bytes `f` would take if added next.
+    pub fn flit_len(&self, f: &Flit) -> usize {
+        encoded_flit_len(&self.last, f)
+    }
+
+    /// Counts `f` as the next item.
+    pub fn add_flit(&mut self, f: &Flit) {
+        self.len += encoded_flit_len(&self.last, f);
+        self.last[(f.vc & 0x0F) as usize] = Some((f.msg, f.packet, f.seq));
+    }
+
+    /// Counts an item of `n` bytes other than a flit.
+    pub fn add(&mut self, n: usize) {
+        self.len += n;
+    }
+}
+
+/// Turns `f` into what decoding its encoding yields (the VC's low nibble,
+/// a head exactly on head kinds, zero in the intermediate and misroute-run
+/// slots the encoding leaves out), or returns the error decoding reports
+/// for it as item `index` starting at byte `offset` (a leg beyond the
+/// intermediates, a misroute run byte out of range).
+pub fn as_decoded(f: &mut Flit, index: u16, offset: usize) -> Result<(), WireError> {
+    f.vc &= 0x0F;
+    if !f.kind.is_head() {
+        f.head = None;
+        return Ok(());
+    }
+    let h = f.head.get_or_insert_with(Head::default);
+    let n = h.n_intermediates.min(MAX_INTERMEDIATES as u8);
+    let leg = h.leg & 0x0F;
+    if leg > n {
+        return Err(WireError::BadLeg {
+            index,
+            offset,
+            leg,
+            n,
+        });
+    }
+    h.n_intermediates = n;
+    h.leg = leg;
+    h.intermediates[n as usize..].fill(0);
+    if h.route_flags & route_flags::MISROUTE != 0 {
+        for &byte in h.runs[..=n as usize].iter().flatten() {
+            if byte >> 4 > 5 || byte & 0x0F > MAX_RUN_HOPS {
+                return Err(WireError::BadMisrouteRun {
+                    index,
+                    offset,
+                    byte,
+                });
+            }
+        }
+        h.runs[n as usize + 1..].fill([0; MAX_RUNS]);
+    } else {
+        h.runs = [[0; MAX_RUNS]; MAX_LEGS];
+    }
+    Ok(())
+}
+
 /// Bytes `f` takes on the wire when it does not continue a previous flit
 /// (the worst case), so callers can check it fits an MTU.
 pub fn flit_wire_len(f: &Flit) -> usize {

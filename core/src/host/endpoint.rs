@@ -540,6 +540,14 @@ impl HostEndpoint {
         self.pump(now);
     }
 
+    /// [`HostEndpoint::handle_datagram_bytes_on`] of a datagram a peer in
+    /// the same process wrote without encoding it ([`Link::handle_decoded`]).
+    pub fn handle_decoded_on(&mut self, now: u64, port: PortNo, d: &mut link::Decoded) {
+        self.tick(now);
+        let _ = self.link_of_mut(port).handle_decoded(now, d);
+        self.pump(now);
+    }
+
     pub fn handle_timeout(&mut self, now: u64) {
         self.tick(now);
         self.link.handle_timeout(now);
@@ -562,13 +570,25 @@ impl HostEndpoint {
     /// Writes the next datagram into `out` and returns the port it leaves
     /// by; `None` when none is due. Call until it returns `None`.
     pub fn poll_transmit_port(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
+        self.transmit(now, |l| l.poll_transmit(now, out))
+    }
+
+    /// [`HostEndpoint::poll_transmit_port`] for a peer in the same process
+    /// ([`Link::poll_transmit_decoded`]).
+    pub fn poll_transmit_decoded(&mut self, now: u64, out: &mut link::Decoded) -> Option<PortNo> {
+        self.transmit(now, |l| l.poll_transmit_decoded(now, out))
+    }
+
+    /// [`HostEndpoint::poll_transmit_port`] with `poll` asking a link for a
+    /// datagram.
+    fn transmit(&mut self, now: u64, mut poll: impl FnMut(&mut Link) -> bool) -> Option<PortNo> {
         self.tick(now);
         self.pump(now);
-        if self.link.poll_transmit(now, out) {
+        if poll(&mut self.link) {
             return Some(self.link.port());
         }
         let (port, l) = self.rx_link.as_mut()?;
-        l.poll_transmit(now, out).then_some(*port)
+        poll(l).then_some(*port)
     }
 
     /// When `handle_timeout` should next be called.

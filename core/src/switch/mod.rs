@@ -29,7 +29,7 @@ pub use counters::{
 };
 
 use crate::flit::{flags, route_flags, Flit, FlitKind, Head};
-use crate::link::{ConfigError, Link, LinkConfig, LinkErrorCause, LinkEvent};
+use crate::link::{ConfigError, Decoded, Link, LinkConfig, LinkErrorCause, LinkEvent};
 use crate::routing::{SwitchTable, VcPolicy};
 use crate::topology::PortNo;
 use crate::wire::WireError;
@@ -547,9 +547,30 @@ impl Switch {
         port: PortNo,
         data: Bytes,
     ) -> Result<(), SwitchError> {
+        self.take_datagram(now, port, |l| l.handle_datagram(now, data))
+    }
+
+    /// [`Switch::handle_datagram`] of a datagram a peer in the same
+    /// process wrote without encoding it ([`Link::handle_decoded`]).
+    pub fn handle_decoded(
+        &mut self,
+        now: u64,
+        port: PortNo,
+        d: &mut Decoded,
+    ) -> Result<(), SwitchError> {
+        self.take_datagram(now, port, |l| l.handle_decoded(now, d))
+    }
+
+    /// A datagram on `port`, taken in by `take` on its link.
+    fn take_datagram(
+        &mut self,
+        now: u64,
+        port: PortNo,
+        take: impl FnOnce(&mut Link) -> Result<(), WireError>,
+    ) -> Result<(), SwitchError> {
         let p = self.check_port(port)?;
         self.now = self.now.max(now);
-        let r = self.link_mut(p).handle_datagram(now, data);
+        let r = take(self.link_mut(p));
         if let Err(source) = r {
             self.count_drop(p, 0, DropReason::BadDatagram, 1, 0);
             // The link may have declared a link error and gone down.
@@ -635,6 +656,18 @@ impl Switch {
     /// and has nothing due is skipped: it would send nothing
     /// ([`PortIndex`]).
     pub fn poll_transmit(&mut self, now: u64, out: &mut Vec<u8>) -> Option<PortNo> {
+        self.transmit(now, |l| l.poll_transmit(now, out))
+    }
+
+    /// [`Switch::poll_transmit`] for a peer in the same process
+    /// ([`Link::poll_transmit_decoded`]).
+    pub fn poll_transmit_decoded(&mut self, now: u64, out: &mut Decoded) -> Option<PortNo> {
+        self.transmit(now, |l| l.poll_transmit_decoded(now, out))
+    }
+
+    /// [`Switch::poll_transmit`] with `poll` asking a port's link for a
+    /// datagram.
+    fn transmit(&mut self, now: u64, mut poll: impl FnMut(&mut Link) -> bool) -> Option<PortNo> {
         self.now = self.now.max(now);
         let n = self.ports.len();
         let start = self.next_tx_port;
@@ -648,7 +681,7 @@ impl Switch {
                 continue;
             }
             let retrains = self.ports[p].link.stats().retrains;
-            let sent = self.link_mut(p).poll_transmit(now, out);
+            let sent = poll(self.link_mut(p));
             self.idx.caught[p] = self.idx.caught[p].max(now);
             if self.ports[p].link.stats().retrains != retrains {
                 self.idx.unsynced[p] = true;
