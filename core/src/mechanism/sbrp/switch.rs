@@ -70,11 +70,14 @@ pub(crate) const DLR_EAGER_RESENDS: u16 = 8;
 
 /// Under DLR, how many times the request parked for a packet resent
 /// [`DLR_EAGER_RESENDS`] times or more is released by a deadline, the n-th
-/// one `park_retry_ns × 2^n` after it was parked (1 + 2 + … + 128 keepalive
-/// intervals in all, well inside a sender's hold window). The dead end
-/// that discarded the packet may be several hops away, and its repair
-/// (a link retrained, a port back) is seen by no port of this switch.
-pub(crate) const DLR_PARKED_RESENDS: u16 = 8;
+/// one `park_retry_ns × 2^n` after it was parked. The dead end that
+/// discarded the packet may be several hops away, and its repair (a link
+/// retrained, a port back) is seen by no port of this switch. Once: a
+/// packet whose destination is cut off for good is discarded at every
+/// resend, and each resend re-arms its sender's hold, so more releases
+/// keep the message retained and end in requests its sender has already
+/// released.
+pub(crate) const DLR_PARKED_RESENDS: u16 = 1;
 
 /// When a parked RRQ is released, besides a table change or a port back
 /// up at this switch.
@@ -348,7 +351,7 @@ impl SwitchHook for SbrpHook {
         // alive, and no new table or port coming back would unpark the
         // request; each round costs a lifetime, so no storm).
         // A request parked once local rerouting gave up on the packet is
-        // also released on a growing deadline: the dead end that discarded
+        // also released once on a deadline: the dead end that discarded
         // it may lie hops away, and its repair is then seen by no port of
         // this switch (found by `flitctl sim swarm`: a leaf switch held
         // the request for a packet to a host cut off for 3 ms, both of
