@@ -384,6 +384,7 @@ fn the_swarm_failures_fixed_stay_fixed() {
         "11352086479830229902",
         "391496670532841093",
         "16478916566793150102",
+        "16692857879025403227",
     ] {
         let out = flitctl(&["sim", "--replay", seed]).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

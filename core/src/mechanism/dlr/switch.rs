@@ -491,6 +491,52 @@ mod tests {
     }
 
     #[test]
+    fn a_request_parked_after_the_eager_resends_goes_out_once_on_a_deadline() {
+        // The dead end that discards a packet may lie hops away (a leaf
+        // whose up links are all down, one retraining) and its repair is
+        // seen by no port of this switch: the request parked for the
+        // packet's `DLR_EAGER_RESENDS`-th resend goes out a keepalive
+        // interval later anyway, and one parked after `DLR_PARKED_RESENDS`
+        // more waits for a port to come back.
+        use crate::mechanism::sbrp::switch::{DLR_EAGER_RESENDS, DLR_PARKED_RESENDS};
+        let mut r = rig(4, 2, 0, DlrVariant::Deterministic, DlrFaults::Switch);
+        r.sw.set_recovery(RecoveryProtocol::Sbrp0);
+        for p in 4..8 {
+            r.sw.set_port_admin(p, false).unwrap();
+        }
+        let resend = |msg: u64, ssnf: u16| {
+            let mut f = flit(FlitKind::HeadTail, 1, 9, msg, 0, 0);
+            f.head.as_mut().unwrap().submsg = ssnf;
+            vec![f]
+        };
+        let out = r.send(1, resend(5, DLR_EAGER_RESENDS));
+        assert!(only_a_parked_notice(&out), "{out:?}");
+        let out = r.send(1, resend(6, DLR_EAGER_RESENDS + DLR_PARKED_RESENDS));
+        assert!(only_a_parked_notice(&out), "{out:?}");
+        assert_eq!(r.sw.sbrp_counters().rrq_parked, 2);
+        // Jumps of one interval stay well inside `dead_after`: no peer
+        // falls silent meanwhile.
+        let interval = r.sw.config().link.keepalive_interval_ns;
+        let mut released = Vec::new();
+        for _ in 0..8 {
+            r.now += interval;
+            let out = crate::switch::test_rig::exchange(&mut r.sw, &mut r.peers, &mut r.now);
+            released.push(rrqs(&out));
+        }
+        let first = &released[0];
+        assert_eq!(first.len(), 1, "{released:?}");
+        assert_eq!((first[0].0, first[0].1.msg), (1, 5), "back to the sender");
+        assert_eq!(first[0].1.head.as_ref().unwrap().submsg, DLR_EAGER_RESENDS);
+        assert!(released[1..].iter().all(|o| o.is_empty()), "{released:?}");
+        assert_eq!(r.sw.parked_rrqs().map(|f| f.msg).collect::<Vec<_>>(), [6]);
+        r.sw.set_port_admin(6, true).unwrap();
+        let out = crate::switch::test_rig::exchange(&mut r.sw, &mut r.peers, &mut r.now);
+        let rrq = rrqs(&out);
+        assert_eq!(rrq.len(), 1, "{out:?}");
+        assert_eq!(rrq[0].1.msg, 6);
+    }
+
+    #[test]
     fn a_passing_recover_request_whose_detour_died_is_routed_afresh() {
         // An RRQ on a 2-hop detour comes back from above to the middle
         // switch, whose port field names the way back to the U-turn switch;

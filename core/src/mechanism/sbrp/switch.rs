@@ -68,6 +68,32 @@ const MAX_PENDING_RRQS: usize = 4096;
 /// without this bound sender and switch would bounce it forever.
 pub(crate) const DLR_EAGER_RESENDS: u16 = 8;
 
+/// Under DLR, how many times the request parked for a packet resent
+/// [`DLR_EAGER_RESENDS`] times or more is released by a deadline, the n-th
+/// one `park_retry_ns × 2^n` after it was parked. The dead end that
+/// discarded the packet may be several hops away, and its repair (a link
+/// retrained, a port back) is seen by no port of this switch. Once: a
+/// packet whose destination is cut off for good is discarded at every
+/// resend, and each resend re-arms its sender's hold, so more releases
+/// keep the message retained and end in requests its sender has already
+/// released.
+pub(crate) const DLR_PARKED_RESENDS: u16 = 1;
+
+/// When a parked RRQ is released, besides a table change or a port back
+/// up at this switch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// Only then.
+    OnChange,
+    /// Parked for a `no-route` drop: also `park_retry_ns` after it was
+    /// parked, [`PARK_RETRIES`] times per packet between table changes.
+    Deadline,
+    /// Parked under DLR for a packet resent `DLR_EAGER_RESENDS + n` times:
+    /// also `park_retry_ns × 2^n` after it was parked, while n <
+    /// [`DLR_PARKED_RESENDS`].
+    Backoff(u16),
+}
+
 /// The SBRP state of one switch.
 struct SbrpHook {
     protocol: RecoveryProtocol,
@@ -120,14 +146,15 @@ impl SbrpHook {
     /// Queues a recover request for a packet this switch could not carry
     /// past a dead output (as node C, `FRH_C`).
     fn report_cut(&mut self, sw: &Switch, t: Tracked) {
-        self.queue_rrq(sw, t, false, false);
+        self.queue_rrq(sw, t, false, Release::OnChange);
     }
 
     /// Builds the RRQ for `t` (none for an RRQ, or when the protocol leaves
-    /// it to the receiver) and queues it, or parks it until new tables when
-    /// `park` (the packet's route is a dead port: a resend sent before the
-    /// tables change would take the same dead route and be cut again).
-    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool, timed: bool) {
+    /// it to the receiver) and queues it, or parks it until new tables (or
+    /// as `release` says) when `park` (the packet's route is a dead port: a
+    /// resend sent before the tables change would take the same dead route
+    /// and be cut again).
+    fn queue_rrq(&mut self, sw: &Switch, t: Tracked, park: bool, release: Release) {
         if t.is_rrq {
             return;
         }
@@ -160,7 +187,7 @@ impl SbrpHook {
                 h.msg_flits = PARKED_NOTICE_MSG_FLITS;
             }
             self.rrq_pending.push_back(notice);
-            self.park(sw.now, rrq, timed);
+            self.park(sw.now, rrq, release);
         } else {
             self.rrq_pending.push_back(rrq);
         }
@@ -173,23 +200,33 @@ impl SbrpHook {
         (rrq.head.as_ref().map_or(0, |h| h.dst), rrq.msg, rrq.packet)
     }
 
-    /// Parks an RRQ whose route is dead; `timed` (a `no-route` drop) gives
-    /// it a deadline, else only a table change or a port back releases it
-    /// (a dead port is followed by one of those, or by nothing that a
-    /// resend could pass: local rerouting's dead ends).
-    fn park(&mut self, now: u64, rrq: Flit, timed: bool) {
+    /// Parks an RRQ whose route is dead; a table change or a port back up
+    /// releases it, and `release` may give it a deadline too (a dead port
+    /// of this switch is followed by one of the former; a `no-route` drop
+    /// or a dead end of local rerouting further on may not be).
+    fn park(&mut self, now: u64, rrq: Flit, release: Release) {
         self.counters.rrq_parked += 1;
-        let retries = self
-            .park_retries
-            .get(&Self::asked_for(&rrq))
-            .copied()
-            .unwrap_or(0);
-        let due = if timed && retries < PARK_RETRIES {
-            let due = now.saturating_add(self.park_retry_ns);
-            self.park_due = Some(self.park_due.map_or(due, |t| t.min(due)));
-            due
-        } else {
-            u64::MAX
+        let wait = match release {
+            Release::OnChange => None,
+            Release::Deadline => {
+                let retries = self
+                    .park_retries
+                    .get(&Self::asked_for(&rrq))
+                    .copied()
+                    .unwrap_or(0);
+                (retries < PARK_RETRIES).then_some(self.park_retry_ns)
+            }
+            Release::Backoff(n) => {
+                (n < DLR_PARKED_RESENDS).then(|| self.park_retry_ns.saturating_mul(1 << n))
+            }
+        };
+        let due = match wait {
+            Some(wait) => {
+                let due = now.saturating_add(wait);
+                self.park_due = Some(self.park_due.map_or(due, |t| t.min(due)));
+                due
+            }
+            None => u64::MAX,
         };
         self.rrq_parked.push_back((due, rrq));
     }
@@ -295,7 +332,12 @@ impl SwitchHook for SbrpHook {
                 // An RRQ toward a dead port (tables not yet updated, or
                 // nothing local rerouting can route around): keep it for
                 // new tables or a port back up.
-                self.park(sw.now, f, reason == DropReason::NoRoute);
+                let release = if reason == DropReason::NoRoute {
+                    Release::Deadline
+                } else {
+                    Release::OnChange
+                };
+                self.park(sw.now, f, release);
             }
             return None;
         }
@@ -308,11 +350,24 @@ impl SwitchHook for SbrpHook {
         // that waited out its lifetime: at once, always (its route is
         // alive, and no new table or port coming back would unpark the
         // request; each round costs a lifetime, so no storm).
+        // A request parked once local rerouting gave up on the packet is
+        // also released once on a deadline: the dead end that discarded
+        // it may lie hops away, and its repair is then seen by no port of
+        // this switch (found by `flitctl sim swarm`: a leaf switch held
+        // the request for a packet to a host cut off for 3 ms, both of
+        // that host's leaf's links up down, one retraining, for good).
         let park = reason == DropReason::NoRoute
             || (reason == DropReason::PortDown
                 && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS)));
+        let release = match track {
+            _ if reason == DropReason::NoRoute => Release::Deadline,
+            Some(t) if afresh && t.submsg >= DLR_EAGER_RESENDS => {
+                Release::Backoff(t.submsg - DLR_EAGER_RESENDS)
+            }
+            _ => Release::OnChange,
+        };
         if let Some(t) = track {
-            self.queue_rrq(sw, t, park, reason == DropReason::NoRoute);
+            self.queue_rrq(sw, t, park, release);
         }
         Some(f)
     }
