@@ -372,23 +372,19 @@ fn publish_loop_metrics<N: Daemon + ?Sized>(
     sched_start: Option<&SchedShare>,
 ) {
     let (kind, name) = node.metric_label();
-    // `stat`, not `quantile`: that label belongs to summaries.
-    for (stat, ns) in [
-        ("p50", lateness.quantile_ns(0.5)),
-        ("p99", lateness.quantile_ns(0.99)),
-        ("max", lateness.max_ns()),
-    ] {
-        metrics::gauge!("flitnet_timer_lateness_seconds", kind => name.clone(), "stat" => stat)
-            .set(ns as f64 / 1e9);
-    }
     let arrivals = arrival_lateness(node);
-    for (stat, ns) in [
-        ("p50", arrivals.quantile_ns(0.5)),
-        ("p99", arrivals.quantile_ns(0.99)),
-        ("max", arrivals.max_ns()),
+    for (family, histogram) in [
+        ("flitnet_timer_lateness_seconds", lateness),
+        ("flitnet_arrival_lateness_seconds", &arrivals),
     ] {
-        metrics::gauge!("flitnet_arrival_lateness_seconds", kind => name.clone(), "stat" => stat)
-            .set(ns as f64 / 1e9);
+        // `stat`, not `quantile`: that label belongs to summaries.
+        for (stat, ns) in [
+            ("p50", histogram.quantile_ns(0.5)),
+            ("p99", histogram.quantile_ns(0.99)),
+            ("max", histogram.max_ns()),
+        ] {
+            metrics::gauge!(family, kind => name.clone(), "stat" => stat).set(ns as f64 / 1e9);
+        }
     }
     if let (Some(a), Some(b)) = (sched_start, read_schedstat()) {
         if let Some(share) = a.wait_share_until(&b) {
