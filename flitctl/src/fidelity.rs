@@ -313,15 +313,27 @@ fn decide(f: &mut Fidelity) {
     // left or landed that much later than the emulated network would have.
     // Of arrivals the mean, not the median: most flits are read in time,
     // and what the late ones lose adds up hop by hop in every latency.
-    for (what, l) in [("timers", &f.lateness), ("arrivals", &f.arrivals)] {
-        let (typical, typical_us, stat) = if what == "arrivals" {
-            (l.mean_flit_times, l.mean_us, "mean")
-        } else {
-            (l.p50_flit_times, l.p50_us, "p50")
-        };
-        if let Some(p50) = typical {
+    let timers = &f.lateness;
+    let arrivals = &f.arrivals;
+    for (what, l, stat, typical, typical_us) in [
+        (
+            "timers",
+            timers,
+            "p50",
+            timers.p50_flit_times,
+            timers.p50_us,
+        ),
+        (
+            "arrivals",
+            arrivals,
+            "mean",
+            arrivals.mean_flit_times,
+            arrivals.mean_us,
+        ),
+    ] {
+        if let Some(typical) = typical {
             let v = grade(
-                p50,
+                typical,
                 LATENESS_P50_FAITHFUL_FLIT_TIMES,
                 LATENESS_P50_UNFAITHFUL_FLIT_TIMES,
                 false,
@@ -329,10 +341,10 @@ fn decide(f: &mut Fidelity) {
             findings.push((
                 v,
                 format!(
-                    "{what} {stat} late {} = {p50:.1} flit times",
+                    "{what} {stat} late {} = {typical:.1} flit times",
                     fmt_us(typical_us)
                 ),
-                p50 / LATENESS_P50_FAITHFUL_FLIT_TIMES,
+                typical / LATENESS_P50_FAITHFUL_FLIT_TIMES,
             ));
         }
         if let Some(p99) = l.p99_flit_times {

@@ -68,15 +68,14 @@ const MAX_PENDING_RRQS: usize = 4096;
 /// without this bound sender and switch would bounce it forever.
 pub(crate) const DLR_EAGER_RESENDS: u16 = 8;
 
-/// Under DLR, how many times the request parked for a packet resent
-/// [`DLR_EAGER_RESENDS`] times or more is released by a deadline, the n-th
-/// one `park_retry_ns × 2^n` after it was parked. The dead end that
-/// discarded the packet may be several hops away, and its repair (a link
-/// retrained, a port back) is seen by no port of this switch. Once: a
-/// packet whose destination is cut off for good is discarded at every
-/// resend, and each resend re-arms its sender's hold, so more releases
-/// keep the message retained and end in requests its sender has already
-/// released.
+/// Under DLR, how many of a packet's resends past [`DLR_EAGER_RESENDS`]
+/// have the request parked for them released by a deadline,
+/// `park_retry_ns` after it was parked. The dead end that discarded the
+/// packet may be several hops away, and its repair (a link retrained, a
+/// port back) is seen by no port of this switch. One: a packet whose
+/// destination is cut off for good is discarded at every resend, and each
+/// resend re-arms its sender's hold, so more releases keep the message
+/// retained and end in requests its sender has already released.
 pub(crate) const DLR_PARKED_RESENDS: u16 = 1;
 
 /// When a parked RRQ is released, besides a table change or a port back
@@ -89,9 +88,9 @@ enum Release {
     /// parked, [`PARK_RETRIES`] times per packet between table changes.
     Deadline,
     /// Parked under DLR for a packet resent `DLR_EAGER_RESENDS + n` times:
-    /// also `park_retry_ns × 2^n` after it was parked, while n <
+    /// also `park_retry_ns` after it was parked, while n <
     /// [`DLR_PARKED_RESENDS`].
-    Backoff(u16),
+    AfterResends(u16),
 }
 
 /// The SBRP state of one switch.
@@ -216,9 +215,7 @@ impl SbrpHook {
                     .unwrap_or(0);
                 (retries < PARK_RETRIES).then_some(self.park_retry_ns)
             }
-            Release::Backoff(n) => {
-                (n < DLR_PARKED_RESENDS).then(|| self.park_retry_ns.saturating_mul(1 << n))
-            }
+            Release::AfterResends(n) => (n < DLR_PARKED_RESENDS).then_some(self.park_retry_ns),
         };
         let due = match wait {
             Some(wait) => {
@@ -362,7 +359,7 @@ impl SwitchHook for SbrpHook {
         let release = match track {
             _ if reason == DropReason::NoRoute => Release::Deadline,
             Some(t) if afresh && t.submsg >= DLR_EAGER_RESENDS => {
-                Release::Backoff(t.submsg - DLR_EAGER_RESENDS)
+                Release::AfterResends(t.submsg - DLR_EAGER_RESENDS)
             }
             _ => Release::OnChange,
         };
