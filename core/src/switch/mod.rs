@@ -201,6 +201,14 @@ pub(crate) struct Port {
     pub link: Link,
     /// Admin down, or the peer declared dead: packets routed here are dropped.
     pub failed: bool,
+    /// The link has heard its peer at least once (its first `PeerUp`).
+    /// Until then the port is not active, as an InfiniBand port that has
+    /// not trained: packets routed here are dropped. A switch restarted
+    /// beside a peer that never answers (a dead switch, a killed cable)
+    /// thus drops what its tables route there instead of holding heads
+    /// for credits that never come: a link that never heard its peer has
+    /// no silence to time out, so it is never declared dead.
+    pub heard: bool,
     /// The link's `rx_bad_vc` already counted as drops.
     bad_vc_seen: u64,
 }
@@ -329,6 +337,7 @@ impl Switch {
             ports.push(Port {
                 link,
                 failed: false,
+                heard: false,
                 bad_vc_seen: 0,
             });
         }
@@ -475,7 +484,8 @@ impl Switch {
     /// Whether port `p` can carry traffic now: not administratively down,
     /// its peer not declared dead.
     pub(crate) fn port_alive(&self, p: usize) -> bool {
-        !self.ports[p].failed && self.ports[p].link.is_admin_up()
+        let port = &self.ports[p];
+        !port.failed && port.heard && port.link.is_admin_up()
     }
 
     fn check_port(&self, port: PortNo) -> Result<usize, SwitchError> {
@@ -750,6 +760,7 @@ impl Switch {
             match e {
                 LinkEvent::PeerUp => {
                     self.ports[p].failed = false;
+                    self.ports[p].heard = true;
                     self.each_hook(|h, sw| h.on_routes_changed(sw));
                     self.push_event(SwitchEvent::PortUp { port });
                 }
@@ -923,7 +934,7 @@ impl Switch {
             if out >= self.ports.len() {
                 return Err(DropReason::BadRoute);
             }
-            if self.ports[out].failed || !self.ports[out].link.is_admin_up() {
+            if !self.port_alive(out) {
                 return Err(DropReason::PortDown);
             }
             let out_vc = vc_alloc::output_vc(&self.policy, in_port, in_vc, out);

@@ -554,6 +554,39 @@ pub(crate) fn admin_down_port_drops_packets_routed_to_it() {
 }
 
 #[test]
+pub(crate) fn a_port_whose_peer_was_never_heard_drops_what_is_routed_to_it() {
+    let mut net = chain(1, 1, Switching::Wormhole);
+    // Host 1 is silent from the start (a dead neighbour of a restarted
+    // switch): the link never hears it, so it is never declared dead.
+    net.hosts[1].link.set_admin_up(false);
+    net.run_for(3_000_000);
+    assert!(!net.switches[0].port_alive(1));
+    net.hosts[0].to_send.extend(packet(0, 1, 1, 4, 0));
+    net.run_for(20_000_000);
+    // Dropped at once, not held for credits that never come.
+    assert_eq!(net.switches[0].counters().drops.port_down, 4);
+    assert_eq!(net.switches[0].in_flight_flits(), 0);
+    let events: Vec<_> = std::iter::from_fn(|| net.switches[0].poll_event()).collect();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, SwitchEvent::PortDown { port: 1, .. })),
+        "{events:?}"
+    );
+    // Heard at last: the port comes up and carries traffic.
+    net.hosts[1].link.set_admin_up(true);
+    net.run_for(3_000_000);
+    let events: Vec<_> = std::iter::from_fn(|| net.switches[0].poll_event()).collect();
+    assert!(
+        events.contains(&SwitchEvent::PortUp { port: 1 }),
+        "{events:?}"
+    );
+    net.hosts[0].to_send.extend(packet(0, 1, 2, 4, 0));
+    net.run_for(5_000_000);
+    assert_in_order(&net.hosts[1].received, 1, 4);
+}
+
+#[test]
 pub(crate) fn dead_peer_is_reported_and_its_traffic_dropped() {
     let mut net = chain(1, 1, Switching::Wormhole);
     net.run_for(3_000_000);

@@ -325,7 +325,9 @@ impl Switch {
             error: None,
         };
         for p in 0..self.ports.len() {
-            if !self.port_alive(p) {
+            // Dead, not merely not yet heard (a port trains after the
+            // protocol is configured at bring-up).
+            if self.ports[p].failed || !self.ports[p].link.is_admin_up() {
                 hook.local_fault(self, p);
             }
         }
@@ -398,7 +400,13 @@ mod tests {
         let peers = (0..4)
             .map(|p| Link::with_epoch(link_cfg(), 10 + p as u16).unwrap())
             .collect();
-        Rig { sw, peers, now: 1 }
+        let mut r = Rig { sw, peers, now: 1 };
+        // Every port trained (a port carries nothing until its peer is heard).
+        assert!(r.run(None).is_empty());
+        for p in 0..4 {
+            assert!(r.sw.port_alive(p), "port {p} up");
+        }
+        r
     }
 
     impl Rig {

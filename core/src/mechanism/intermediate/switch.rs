@@ -134,7 +134,7 @@ impl Switch {
             if out >= self.ports.len() {
                 return Err(DropReason::BadRoute);
             }
-            if self.ports[out].failed || !self.ports[out].link.is_admin_up() {
+            if !self.port_alive(out) {
                 return Err(DropReason::PortDown);
             }
             Ok(out)
