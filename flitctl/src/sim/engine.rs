@@ -264,6 +264,25 @@ pub struct Sim<'p> {
     killed_capacity: u64,
     /// Accepting daemon events (after bring-up).
     controller_on: bool,
+    /// The scenario's steps, from traffic start on.
+    timeline: Option<Timeline>,
+}
+
+/// The scenario's steps as the run applies them: each at its time, by the
+/// fabric loop, also while a re-route is being computed, installed or
+/// quiesced (the live controller applies the timeline on its own clock,
+/// beside its re-routes).
+struct Timeline {
+    /// Traffic start: step times count from here.
+    start: u64,
+    /// The next step to apply.
+    next: usize,
+    /// Each applied step's record.
+    records: Vec<Option<Record>>,
+    /// Local reroutes counted just before each step.
+    reroutes_before: Vec<u64>,
+    /// When a mechanism that answers faults first had one to answer.
+    switchover: Option<u64>,
 }
 
 impl<'p> Sim<'p> {
@@ -355,6 +374,7 @@ impl<'p> Sim<'p> {
             retired: Vec::new(),
             killed_capacity: 0,
             controller_on: false,
+            timeline: None,
         })
     }
 
@@ -502,10 +522,14 @@ impl<'p> Sim<'p> {
     fn step_fabric(&mut self, until: u64) {
         let mut touched: Vec<usize> = Vec::new();
         loop {
-            let limit = match self.decider.due() {
+            let step_due = self.next_step_at();
+            let mut limit = match self.decider.due() {
                 Some(d) if self.controller_on => until.min(d),
                 _ => until,
             };
+            if let Some(t) = step_due {
+                limit = limit.min(t);
+            }
             match self.fabric.next_event_time() {
                 Some(t) if t <= limit => {
                     self.fabric.run_until_observed(t, |_, i| {
@@ -522,8 +546,58 @@ impl<'p> Sim<'p> {
                 }
                 _ => {
                     self.fabric.run_until(limit);
-                    return;
+                    if step_due != Some(limit) {
+                        return;
+                    }
+                    self.apply_next_step();
                 }
+            }
+        }
+    }
+
+    /// When the timeline's next step is due, if one is left.
+    fn next_step_at(&self) -> Option<u64> {
+        let t = self.timeline.as_ref()?;
+        self.plan.steps.get(t.next).map(|s| t.start + s.at_ns)
+    }
+
+    /// Applies the timeline's next step and records it at the time it took
+    /// effect.
+    fn apply_next_step(&mut self) {
+        let Some(t) = self.timeline.as_mut() else {
+            return;
+        };
+        let Some(step) = self.plan.steps.get(t.next) else {
+            return;
+        };
+        t.next += 1;
+        let local_reroutes = self.local_reroutes();
+        let mut failed = None;
+        for op in &step.ops {
+            if let Err(e) = self.apply(op) {
+                failed = Some(format!("{e:#}"));
+                break;
+            }
+        }
+        let now = self.now();
+        let record = match (failed, &step.record) {
+            (Some(error), _) => {
+                self.record_at(now, ControllerEvent::ActionFailed { error });
+                None
+            }
+            (None, Some(ev)) => Some(self.record_at(now, ev.clone())),
+            (None, None) => None,
+        };
+        let answers_faults = self
+            .plan
+            .mechanism
+            .as_ref()
+            .is_some_and(|m| m.answers_faults());
+        if let Some(t) = self.timeline.as_mut() {
+            t.records.push(record);
+            t.reroutes_before.push(local_reroutes);
+            if answers_faults && t.switchover.is_none() {
+                t.switchover = Some(now);
             }
         }
     }
@@ -992,39 +1066,25 @@ impl<'p> Sim<'p> {
         let sample_every = 100_000_000u64;
         let mut samples = vec![(0.0, 0u64)];
         let mut next_sample = start + sample_every;
-        let mut step_records = Vec::new();
-        let mut reroutes_before = Vec::new();
-        let mut switchover: Option<u64> = None;
+        self.timeline = Some(Timeline {
+            start,
+            next: 0,
+            records: Vec::new(),
+            reroutes_before: Vec::new(),
+            switchover: None,
+        });
         let mut drops_at_switchover = None;
-        for step in &plan.steps {
-            let at = start + step.at_ns;
+        // Run through the last step, so that the switchover is known.
+        if let Some(last) = plan.steps.last() {
+            let at = start + last.at_ns;
             while next_sample <= at {
                 self.run_to(next_sample);
                 samples.push(((next_sample - start) as f64 / 1e9, self.delivered().0));
                 next_sample += sample_every;
             }
             self.run_to(at);
-            reroutes_before.push(self.local_reroutes());
-            let mut failed = None;
-            for op in &step.ops {
-                if let Err(e) = self.apply(op) {
-                    failed = Some(format!("{e:#}"));
-                    break;
-                }
-            }
-            let record = match (failed, &step.record) {
-                (Some(error), _) => {
-                    self.record_at(self.now(), ControllerEvent::ActionFailed { error });
-                    None
-                }
-                (None, Some(ev)) => Some(self.record_at(at, ev.clone())),
-                (None, None) => None,
-            };
-            step_records.push(record);
-            if plan.mechanism.as_ref().is_some_and(|m| m.answers_faults()) && switchover.is_none() {
-                switchover = Some(at);
-            }
         }
+        let switchover = self.timeline.as_ref().and_then(|t| t.switchover);
         // The snapshot after the last step: detection (two dead
         // intervals) and the controller's settling.
         let mut settled = None;
@@ -1077,15 +1137,7 @@ impl<'p> Sim<'p> {
         }
         self.run_to(end);
         if !plan.drain {
-            return Ok(self.outcome(
-                None,
-                settled,
-                samples,
-                step_records,
-                reroutes_before,
-                drops_at_switchover,
-                start,
-            ));
+            return Ok(self.outcome(None, settled, samples, drops_at_switchover, start));
         }
         // Drain (report::drain_watch in emulated time).
         let until_released = plan.params.recovery.is_on();
@@ -1123,30 +1175,25 @@ impl<'p> Sim<'p> {
             let next = self.now() + 50_000_000;
             self.run_to(next);
         };
-        Ok(self.outcome(
-            stalled_for_ns,
-            settled,
-            samples,
-            step_records,
-            reroutes_before,
-            drops_at_switchover,
-            start,
-        ))
+        Ok(self.outcome(stalled_for_ns, settled, samples, drops_at_switchover, start))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn outcome(
-        self,
+        mut self,
         stalled_for_ns: Option<u64>,
         settled: Option<Settled>,
         samples: Vec<(f64, u64)>,
-        step_records: Vec<Option<Record>>,
-        local_reroutes_before: Vec<u64>,
         drops_at_switchover: Option<u64>,
         traffic_start_ns: u64,
     ) -> Outcome {
         let hosts = self.host_reports();
         let switches = self.switch_reports();
+        let (step_records, local_reroutes_before) = self
+            .timeline
+            .take()
+            .map(|t| (t.records, t.reroutes_before))
+            .unwrap_or_default();
         let stats = SimStats {
             events: self.fabric.events,
             datagrams: self.fabric.datagrams,
