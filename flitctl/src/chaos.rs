@@ -372,6 +372,10 @@ pub(crate) fn timings(
                 },
                 origin: a.action.origin.clone(),
                 local_reroutes_before: a.local_reroutes_before,
+                late_ms: {
+                    let scheduled = traffic_start_ns.saturating_add(a.action.at.as_nanos() as u64);
+                    Some(ms(scheduled, t0)).filter(|&l| l >= crate::report::LATE_ACTION_MS)
+                },
                 ..ActionTiming::default()
             };
             if a.action.kind == ActionKind::Corrupt {
@@ -1107,6 +1111,9 @@ impl fmt::Display for ChaosReport {
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} ms"));
         for a in &self.actions {
             write!(f, "  {:>7.3}s  {:<15} {:<24}", a.at_s, a.action, a.element)?;
+            if let Some(late) = a.late_ms {
+                write!(f, " applied {late:.1} ms late (behind a re-route);")?;
+            }
             if a.action == "corrupt" {
                 let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
                 writeln!(

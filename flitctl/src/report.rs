@@ -721,7 +721,17 @@ pub struct ActionTiming {
     /// repair (seed 002: routes return to the original ones).
     #[serde(default)]
     pub local_reroutes_before: Option<u64>,
+    /// How long after its scheduled time the action took effect, ms, when
+    /// that is at least [`LATE_ACTION_MS`]: the controller applies the
+    /// timeline between re-routes, so a step due while one is computed
+    /// and installed waits for it (`at_s` is when it took effect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<f64>,
 }
+
+/// The lateness from which an action's report states it (`late_ms`):
+/// above the controller's ordinary wake-up delay.
+pub const LATE_ACTION_MS: f64 = 0.1;
 
 #[cfg(test)]
 mod tests {

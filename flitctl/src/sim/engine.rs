@@ -264,25 +264,6 @@ pub struct Sim<'p> {
     killed_capacity: u64,
     /// Accepting daemon events (after bring-up).
     controller_on: bool,
-    /// The scenario's steps, from traffic start on.
-    timeline: Option<Timeline>,
-}
-
-/// The scenario's steps as the run applies them: each at its time, by the
-/// fabric loop, also while a re-route is being computed, installed or
-/// quiesced (the live controller applies the timeline on its own clock,
-/// beside its re-routes).
-struct Timeline {
-    /// Traffic start: step times count from here.
-    start: u64,
-    /// The next step to apply.
-    next: usize,
-    /// Each applied step's record.
-    records: Vec<Option<Record>>,
-    /// Local reroutes counted just before each step.
-    reroutes_before: Vec<u64>,
-    /// When a mechanism that answers faults first had one to answer.
-    switchover: Option<u64>,
 }
 
 impl<'p> Sim<'p> {
@@ -374,7 +355,6 @@ impl<'p> Sim<'p> {
             retired: Vec::new(),
             killed_capacity: 0,
             controller_on: false,
-            timeline: None,
         })
     }
 
@@ -522,14 +502,10 @@ impl<'p> Sim<'p> {
     fn step_fabric(&mut self, until: u64) {
         let mut touched: Vec<usize> = Vec::new();
         loop {
-            let step_due = self.next_step_at();
-            let mut limit = match self.decider.due() {
+            let limit = match self.decider.due() {
                 Some(d) if self.controller_on => until.min(d),
                 _ => until,
             };
-            if let Some(t) = step_due {
-                limit = limit.min(t);
-            }
             match self.fabric.next_event_time() {
                 Some(t) if t <= limit => {
                     self.fabric.run_until_observed(t, |_, i| {
@@ -546,58 +522,8 @@ impl<'p> Sim<'p> {
                 }
                 _ => {
                     self.fabric.run_until(limit);
-                    if step_due != Some(limit) {
-                        return;
-                    }
-                    self.apply_next_step();
+                    return;
                 }
-            }
-        }
-    }
-
-    /// When the timeline's next step is due, if one is left.
-    fn next_step_at(&self) -> Option<u64> {
-        let t = self.timeline.as_ref()?;
-        self.plan.steps.get(t.next).map(|s| t.start + s.at_ns)
-    }
-
-    /// Applies the timeline's next step and records it at the time it took
-    /// effect.
-    fn apply_next_step(&mut self) {
-        let Some(t) = self.timeline.as_mut() else {
-            return;
-        };
-        let Some(step) = self.plan.steps.get(t.next) else {
-            return;
-        };
-        t.next += 1;
-        let local_reroutes = self.local_reroutes();
-        let mut failed = None;
-        for op in &step.ops {
-            if let Err(e) = self.apply(op) {
-                failed = Some(format!("{e:#}"));
-                break;
-            }
-        }
-        let now = self.now();
-        let record = match (failed, &step.record) {
-            (Some(error), _) => {
-                self.record_at(now, ControllerEvent::ActionFailed { error });
-                None
-            }
-            (None, Some(ev)) => Some(self.record_at(now, ev.clone())),
-            (None, None) => None,
-        };
-        let answers_faults = self
-            .plan
-            .mechanism
-            .as_ref()
-            .is_some_and(|m| m.answers_faults());
-        if let Some(t) = self.timeline.as_mut() {
-            t.records.push(record);
-            t.reroutes_before.push(local_reroutes);
-            if answers_faults && t.switchover.is_none() {
-                t.switchover = Some(now);
             }
         }
     }
@@ -1066,25 +992,43 @@ impl<'p> Sim<'p> {
         let sample_every = 100_000_000u64;
         let mut samples = vec![(0.0, 0u64)];
         let mut next_sample = start + sample_every;
-        self.timeline = Some(Timeline {
-            start,
-            next: 0,
-            records: Vec::new(),
-            reroutes_before: Vec::new(),
-            switchover: None,
-        });
+        let mut step_records = Vec::new();
+        let mut reroutes_before = Vec::new();
+        let mut switchover: Option<u64> = None;
         let mut drops_at_switchover = None;
-        // Run through the last step, so that the switchover is known.
-        if let Some(last) = plan.steps.last() {
-            let at = start + last.at_ns;
+        for step in &plan.steps {
+            let at = start + step.at_ns;
             while next_sample <= at {
                 self.run_to(next_sample);
                 samples.push(((next_sample - start) as f64 / 1e9, self.delivered().0));
                 next_sample += sample_every;
             }
             self.run_to(at);
+            reroutes_before.push(self.local_reroutes());
+            let mut failed = None;
+            for op in &step.ops {
+                if let Err(e) = self.apply(op) {
+                    failed = Some(format!("{e:#}"));
+                    break;
+                }
+            }
+            // Stamped when it took effect: a step due while a re-route was
+            // being computed, installed or quiesced waits for it to end,
+            // as the live controller's single loop makes it wait.
+            let now = self.now();
+            let record = match (failed, &step.record) {
+                (Some(error), _) => {
+                    self.record_at(now, ControllerEvent::ActionFailed { error });
+                    None
+                }
+                (None, Some(ev)) => Some(self.record_at(now, ev.clone())),
+                (None, None) => None,
+            };
+            step_records.push(record);
+            if plan.mechanism.as_ref().is_some_and(|m| m.answers_faults()) && switchover.is_none() {
+                switchover = Some(now);
+            }
         }
-        let switchover = self.timeline.as_ref().and_then(|t| t.switchover);
         // The snapshot after the last step: detection (two dead
         // intervals) and the controller's settling.
         let mut settled = None;
@@ -1137,7 +1081,15 @@ impl<'p> Sim<'p> {
         }
         self.run_to(end);
         if !plan.drain {
-            return Ok(self.outcome(None, settled, samples, drops_at_switchover, start));
+            return Ok(self.outcome(
+                None,
+                settled,
+                samples,
+                step_records,
+                reroutes_before,
+                drops_at_switchover,
+                start,
+            ));
         }
         // Drain (report::drain_watch in emulated time).
         let until_released = plan.params.recovery.is_on();
@@ -1175,25 +1127,30 @@ impl<'p> Sim<'p> {
             let next = self.now() + 50_000_000;
             self.run_to(next);
         };
-        Ok(self.outcome(stalled_for_ns, settled, samples, drops_at_switchover, start))
+        Ok(self.outcome(
+            stalled_for_ns,
+            settled,
+            samples,
+            step_records,
+            reroutes_before,
+            drops_at_switchover,
+            start,
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn outcome(
-        mut self,
+        self,
         stalled_for_ns: Option<u64>,
         settled: Option<Settled>,
         samples: Vec<(f64, u64)>,
+        step_records: Vec<Option<Record>>,
+        local_reroutes_before: Vec<u64>,
         drops_at_switchover: Option<u64>,
         traffic_start_ns: u64,
     ) -> Outcome {
         let hosts = self.host_reports();
         let switches = self.switch_reports();
-        let (step_records, local_reroutes_before) = self
-            .timeline
-            .take()
-            .map(|t| (t.records, t.reroutes_before))
-            .unwrap_or_default();
         let stats = SimStats {
             events: self.fabric.events,
             datagrams: self.fabric.datagrams,

@@ -20,6 +20,7 @@
 //! shorter traffic. `flitctl sim --replay SEED` runs one seed again.
 
 use crate::controller::decide::Settle;
+use crate::report::ActionTiming;
 use crate::scenario::{
     Action, ActionKind, FabricSection, Mechanism, Scenario, ScenarioFile, Target, Time,
     TrafficSection,
@@ -586,17 +587,24 @@ fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str
 /// the neighbours not told) what they sent meanwhile was discarded at its
 /// disabled ports. Either way no switch sees a cut, so SBRP has nothing to
 /// recover from, and without SBRP a worm the restart cut can hold its path
-/// (docs/sbrp.md, "Still open").
-fn restart_before_detection(case: &Case) -> bool {
-    let dead = case.file.fabric.dead_after.0;
-    case.timeline.iter().any(|(at, kind, target, _)| {
-        let back_kind = match kind {
-            ActionKind::SigkillSwitch => ActionKind::RestartSwitch,
-            ActionKind::KillSwitch => ActionKind::RestoreSwitch,
-            _ => return false,
+/// (docs/sbrp.md, "Still open"). Judged by when the actions took effect
+/// (`actions`, the report's), not by the schedule: a step due during a
+/// re-route takes effect when the re-route ends.
+fn restart_before_detection(case: &Case, actions: &[ActionTiming]) -> bool {
+    let dead_s = case.file.fabric.dead_after.0.as_secs_f64();
+    actions.iter().any(|a| {
+        let back_kind = if a.action == ActionKind::SigkillSwitch.name() {
+            ActionKind::RestartSwitch
+        } else if a.action == ActionKind::KillSwitch.name() {
+            ActionKind::RestoreSwitch
+        } else {
+            return false;
         };
-        case.timeline.iter().any(|(back, k, t, _)| {
-            *k == back_kind && t == target && *back > *at && *back - *at < dead
+        actions.iter().any(|b| {
+            b.action == back_kind.name()
+                && b.element == a.element
+                && b.at_s > a.at_s
+                && b.at_s - a.at_s < dead_s
         })
     })
 }
@@ -782,7 +790,7 @@ pub fn check_logged(
     let class = (!violations.is_empty()).then(|| failure_class(case, sbrp, &violations));
     let explained = if violations.is_empty() {
         None
-    } else if restart_before_detection(case) {
+    } else if restart_before_detection(case, &report.actions) {
         Some("a switch restarted or restored faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string())
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
         lost_only_where_unrouted(&scenario, &out, &unreachable, t)
