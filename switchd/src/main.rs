@@ -367,7 +367,7 @@ impl Daemon for SwitchNode {
             counter!(family, "switch" => sw.clone(), "reason" => r.name()).absolute(c.drops.get(r));
         }
         for m in flitnet_core::mechanism::switch_metrics() {
-            counter!(m.name, "switch" => sw.clone()).absolute((m.value)(c));
+            counter!(m.name, "switch" => sw.clone()).absolute((m.value)(&c));
         }
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }
