@@ -521,9 +521,7 @@ pub struct LinkStats {
     /// Flits the peer transmitted that never arrived (from sync records).
     pub rx_lost_flits: u64,
     /// Datagrams dropped because the link is administratively down, or
-    /// because the peer does not know our epoch yet; and the flits,
-    /// credits and sync records still propagating when the link was set
-    /// down or the peer restarted.
+    /// because the peer does not know our epoch yet.
     pub rx_dropped_down: u64,
     pub rx_dropped_unsynced: u64,
     pub peer_down_events: u64,
@@ -535,9 +533,7 @@ pub struct LinkStats {
     pub tx_link_resets: u64,
     /// Retrain periods completed.
     pub retrains: u64,
-    /// Datagrams received while retraining (dropped, like on a down
-    /// link), and the flits, credits and sync records still propagating
-    /// when the retrain began.
+    /// Datagrams received while retraining (dropped, like on a down link).
     pub rx_dropped_retraining: u64,
     /// From the last link error to the peer being heard again, in ns.
     pub last_recovery_ns: u64,
@@ -597,11 +593,10 @@ pub struct Link {
     rx: Vec<RxVc>,
     rx_seq: RxSeq,
     credit_dirty_since: Option<u64>,
-    /// Received credits and sync records waiting out the propagation
-    /// delay (the other items do nothing when delivered: `take_in` drops
-    /// them). A sync record carries the number of flits received before
-    /// it (`rx_flits_queued` then): it is applied only after they were,
-    /// since its counters include them.
+    /// Received control items (credits, sync records, keepalives) waiting
+    /// out the propagation delay. A sync record carries the number of
+    /// flits received before it (`rx_flits_queued` then): it is applied
+    /// only after they were, since its counters include them.
     in_flight: VecDeque<(u64, Item, u64)>,
     /// Received flits waiting for their release time (emulated start +
     /// flit time + propagation). Kept apart from the control items so
@@ -1198,15 +1193,7 @@ impl Link {
                     self.flits_in_flight.push_back((at, f));
                     self.rx_flits_queued += 1;
                 }
-                item @ (Item::Credit { .. } | Item::Sync(_)) => {
-                    self.in_flight.push_back((due, item, self.rx_flits_queued))
-                }
-                // Delivering these does nothing (a keepalive was heard on
-                // arrival; the extensions the link acts on were read from
-                // the datagram): queued, they would only be deadlines
-                // that wake the owner for nothing, and items counted as
-                // dropped if the link went down before their delivery.
-                Item::Keepalive | Item::Extension { .. } => {}
+                item => self.in_flight.push_back((due, item, self.rx_flits_queued)),
             }
         }
     }
@@ -1312,7 +1299,8 @@ impl Link {
                     match item {
                         Item::Credit { vc, freed_total } => self.apply_credit(now, vc, freed_total),
                         Item::Sync(s) => self.apply_sync(&s),
-                        // Not in this queue (`take_in`).
+                        // Link resets are acted on when the datagram
+                        // arrives; flits are not in this queue.
                         Item::Flit(_) | Item::Keepalive | Item::Extension { .. } => {}
                     }
                 }
@@ -2441,40 +2429,6 @@ mod tests {
         a.release(0, 1).unwrap();
         exchange(30, &mut a, &mut b, &mut pass);
         assert_eq!(b.credits(0), 4);
-    }
-
-    /// Items whose delivery does nothing (keepalives; extensions such as
-    /// the sent-at and departure stamps, read on arrival) do not wait out
-    /// the propagation delay: they set no deadline, and a link set down
-    /// before they would have been delivered counts only what it lost.
-    #[test]
-    fn items_that_do_nothing_when_delivered_are_not_queued() {
-        let c = LinkConfig {
-            propagation_ns: 10_000,
-            bandwidth_flits_per_s: Some(1_000_000),
-            count_transit: true,
-            ..cfg()
-        };
-        let (mut a, mut b) = connected(c);
-        // The handshake's records propagate too.
-        exchange(20_000, &mut a, &mut b, &mut pass);
-        let now = 30_000;
-        let mut buf = Vec::new();
-        a.send_at(now - 5_000, flit(0, 0)).unwrap();
-        assert!(a.poll_transmit(now, &mut buf));
-        let frame = wire::decode(&buf).unwrap();
-        let items = |keep: fn(&Item) -> bool| frame.items.iter().filter(|i| keep(i)).count();
-        assert_eq!(items(|i| matches!(i, Item::Flit(_))), 1);
-        assert_eq!(
-            items(|i| matches!(i, Item::Credit { .. } | Item::Sync(_))),
-            0
-        );
-        let ext = Extensions::of(&frame.items);
-        assert!(ext.sent_at.is_some() && ext.departure.is_some());
-        b.handle_datagram(now, Bytes::from(buf)).unwrap();
-        assert_eq!(b.pending_rx(), 1);
-        b.set_admin_up(false);
-        assert_eq!(b.stats().rx_dropped_down, 1, "the flit, not its stamps");
     }
 
     #[test]
