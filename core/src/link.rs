@@ -942,12 +942,6 @@ impl Link {
         }
     }
 
-    /// Whether a credit stall is running on some VC (its
-    /// [`Link::credit_stall_ns`] grows with the clock).
-    pub fn is_stalled(&self) -> bool {
-        self.tx.iter().any(|t| t.stall_since.is_some())
-    }
-
     /// For an owner that skipped calls on this link while it had nothing
     /// due ([`Link::poll_timeout`] later than each) and was not otherwise
     /// changed: does what they would have done. `now` is the latest time
@@ -964,8 +958,9 @@ impl Link {
         }
     }
 
-    /// Credit-stall time of `vc` including a stall still in progress.
-    pub fn credit_stall_ns(&self, vc: u8) -> u64 {
+    /// Credit-stall time of `vc` up to `now`: the stalls that ended, and
+    /// one still running counted until `now` (not before it started).
+    pub fn credit_stall_ns(&self, vc: u8, now: u64) -> u64 {
         let done = self
             .stats
             .credit_stall_ns
@@ -973,7 +968,7 @@ impl Link {
             .copied()
             .unwrap_or(0);
         match self.tx.get(vc as usize).and_then(|t| t.stall_since) {
-            Some(since) => done + self.now.saturating_sub(since),
+            Some(since) => done + now.saturating_sub(since),
             None => done,
         }
     }
@@ -1942,9 +1937,15 @@ mod tests {
         assert!(a.send(flit(0, 5)).is_err());
         drain(&mut b);
         exchange(1_100, &mut a, &mut b, &mut pass); // no release yet
+                                                    // A running stall counts up to whenever it is read.
+        assert_eq!(a.stats().credit_stall_ns[0], 0);
+        assert_eq!(a.credit_stall_ns(0, 1_100), 1_000);
+        assert_eq!(a.credit_stall_ns(0, 3_100), 3_000);
+        assert_eq!(a.credit_stall_ns(0, 50), 0, "read before it started");
         b.release(0, 1).unwrap();
         exchange(5_100, &mut a, &mut b, &mut pass);
         assert_eq!(a.stats().credit_stall_ns[0], 5_000);
+        assert_eq!(a.credit_stall_ns(0, 9_000), 5_000, "ended: no longer grows");
     }
 
     #[test]

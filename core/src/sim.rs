@@ -265,6 +265,15 @@ pub struct Fabric<S: InProcess> {
     sched: Scheduler,
     /// Wake-up already queued per node (to avoid flooding the heap).
     wake_at: Vec<Option<u64>>,
+    /// Per node: its `poll_timeout` when it was last armed, and the run
+    /// ([`Fabric::run_until`] call) that armed it. Within a run every call
+    /// on a node is followed by its flush, which arms it, so a wake-up
+    /// reads whether the node is due here instead of asking it again. A
+    /// caller may change nodes directly between runs: a deadline armed in
+    /// an earlier run is asked afresh.
+    deadline: Vec<Option<u64>>,
+    armed_in: Vec<u64>,
+    run: u64,
     now: u64,
     buf: Vec<u8>,
     /// Datagrams sent to an uncabled port (dropped).
@@ -354,6 +363,9 @@ impl<S: InProcess> Fabric<S> {
             wire_ns,
             sched: Scheduler::default(),
             wake_at: vec![None; n],
+            deadline: vec![None; n],
+            armed_in: vec![0; n],
+            run: 0,
             now: 0,
             buf: Vec::new(),
             unroutable: 0,
@@ -572,7 +584,10 @@ impl<S: InProcess> Fabric<S> {
     /// Arms node `i`'s next wake-up.
     fn arm(&mut self, i: usize) {
         let now = self.now;
-        if let Some(t) = self.node(i).poll_timeout() {
+        let deadline = self.node(i).poll_timeout();
+        self.deadline[i] = deadline;
+        self.armed_in[i] = self.run;
+        if let Some(t) = deadline {
             let t = t.max(now);
             // Queue a wake-up unless an earlier pending one covers it.
             if self.wake_at[i].is_none_or(|w| w > t) {
@@ -605,12 +620,17 @@ impl<S: InProcess> Fabric<S> {
 
     /// Processes events up to time `until` (inclusive).
     pub fn run_until(&mut self, until: u64) {
+        // The caller may have changed nodes directly since the last run.
+        self.run += 1;
         self.run_until_observed(until, |_, _| {});
     }
 
     /// [`Fabric::run_until`], calling `after(self, i)` once node `i` has
     /// handled an event and sent what it had (to drain the events it
-    /// raised at the instant it raised them).
+    /// raised at the instant it raised them). Whatever `after`, or the
+    /// caller since its last run, changes on a node directly is followed
+    /// by [`Fabric::touch`] of that node: a deadline armed in an earlier
+    /// call of this one is trusted.
     pub fn run_until_observed<F: FnMut(&mut Self, usize)>(&mut self, until: u64, mut after: F) {
         while let Some(t) = self.sched.peek_time() {
             if t > until {
@@ -653,7 +673,18 @@ impl<S: InProcess> Fabric<S> {
                     if !self.running[node] {
                         continue;
                     }
-                    if self.node(node).poll_timeout().is_some_and(|d| d <= now) {
+                    let deadline = if self.armed_in[node] == self.run {
+                        let armed = self.deadline[node];
+                        debug_assert_eq!(
+                            armed,
+                            self.node(node).poll_timeout(),
+                            "node {node} was changed during a run without Fabric::touch"
+                        );
+                        armed
+                    } else {
+                        self.node(node).poll_timeout()
+                    };
+                    if deadline.is_some_and(|d| d <= now) {
                         self.node(node).handle_timeout(now);
                     }
                     node

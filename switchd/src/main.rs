@@ -136,7 +136,6 @@ impl Daemon for SwitchNode {
     }
 
     fn control(&mut self, now: u64, request: Request) -> Response {
-        let _ = now;
         match request {
             Request::Ping => Response::reply(Reply::Pong {
                 name: self.name.clone(),
@@ -181,7 +180,7 @@ impl Daemon for SwitchNode {
                 Err(e) => Response::error(format!("{}: {e}", self.name)),
             },
             Request::Report => {
-                let c = self.switch.counters();
+                let c = self.switch.counters_at(now);
                 let links =
                     || (0..c.ports.len() as PortNo).filter_map(|p| self.switch.link(p).ok());
                 Response::reply(Reply::SwitchReport(Box::new(SwitchReport {
@@ -309,12 +308,12 @@ impl Daemon for SwitchNode {
         let _ = now;
     }
 
-    fn publish_metrics(&mut self, _now: u64) {
+    fn publish_metrics(&mut self, now: u64) {
         if !self.metrics {
             return;
         }
         let sw = self.name.clone();
-        let c = self.switch.counters();
+        let c = self.switch.counters_at(now);
         for (p, pc) in c.ports.iter().enumerate() {
             if !self.cabled.contains(&(p as PortNo)) {
                 continue;
@@ -368,7 +367,7 @@ impl Daemon for SwitchNode {
             counter!(family, "switch" => sw.clone(), "reason" => r.name()).absolute(c.drops.get(r));
         }
         for m in flitnet_core::mechanism::switch_metrics() {
-            counter!(m.name, "switch" => sw.clone()).absolute((m.value)(c));
+            counter!(m.name, "switch" => sw.clone()).absolute((m.value)(&c));
         }
         gauge!("flitnet_emulation_lag_seconds", "switch" => sw).set(self.lag_ns as f64 / 1e9);
     }

@@ -289,9 +289,6 @@ struct PortIndex {
     dirty: Vec<bool>,
     /// Per port: the link changed since its counters were last copied.
     unsynced: Vec<bool>,
-    /// Per port: a credit stall was running when its counters were last
-    /// copied (its stall time grows with the clock).
-    stalled: Vec<bool>,
     /// Per port: the last transmit sweep that visited it (skipped it),
     /// beyond `swept_at` (a sweep the owner stopped early).
     polled_at: Vec<u64>,
@@ -310,7 +307,6 @@ impl PortIndex {
             due: vec![0; radix],
             dirty: vec![true; radix],
             unsynced: vec![true; radix],
-            stalled: vec![false; radix],
             polled_at: vec![0; radix],
             caught: vec![0; radix],
             swept_at: 0,
@@ -533,8 +529,25 @@ impl Switch {
         Ok(())
     }
 
+    /// The counters as the switch keeps them: each VC's
+    /// `credit_stall_ns` counts the stalls that ended
+    /// ([`Switch::counters_at`] adds those still running).
     pub fn counters(&self) -> &SwitchCounters {
         &self.counters
+    }
+
+    /// The counters as of `now`, for a report: [`Switch::counters`] with
+    /// each credit stall still running counted up to `now`. A running
+    /// stall is kept as its start time, so that its time depends only on
+    /// when it is read, not on which calls the switch had meanwhile.
+    pub fn counters_at(&self, now: u64) -> SwitchCounters {
+        let mut c = self.counters.clone();
+        for (port, pc) in self.ports.iter().zip(c.ports.iter_mut()) {
+            for (vc, v) in pc.vcs.iter_mut().enumerate() {
+                v.credit_stall_ns = port.link.credit_stall_ns(vc as u8, now);
+            }
+        }
+        c
     }
 
     pub fn poll_event(&mut self) -> Option<SwitchEvent> {
@@ -609,8 +622,9 @@ impl Switch {
     /// Only ports with something due, or changed since they last settled,
     /// are visited in full; the others would only have moved their clocks
     /// ([`Link::catch_up`] does that when they are next touched), except
-    /// that a port's counters are copied again if they changed or a credit
-    /// stall keeps growing.
+    /// that a port's counters are copied again if they changed. A running
+    /// credit stall needs no visit: its time is computed when read
+    /// ([`Switch::counters_at`]).
     pub fn handle_timeout(&mut self, now: u64) {
         self.now = self.now.max(now);
         self.idx.timed_at = self.idx.timed_at.max(now);
@@ -624,9 +638,9 @@ impl Switch {
             if due <= now {
                 self.link_mut(p).handle_timeout(now);
                 self.service_port(p);
-            } else if idx.unsynced[p] || idx.stalled[p] {
+            } else if idx.unsynced[p] {
                 // Nothing due: the call would only move the clock, and
-                // copy counters that changed or a stall that grows.
+                // copy counters that changed.
                 self.catch_up(p);
                 self.sync_port_counters(p);
             }
@@ -819,12 +833,10 @@ impl Switch {
         c.retrains = s.retrains;
         c.last_recovery_ns = s.last_recovery_ns;
         c.max_recovery_ns = s.max_recovery_ns;
-        let link = &self.ports[p].link;
-        for (vc, v) in c.vcs.iter_mut().enumerate() {
-            v.credit_stall_ns = link.credit_stall_ns(vc as u8);
+        for (v, &stalled) in c.vcs.iter_mut().zip(&s.credit_stall_ns) {
+            v.credit_stall_ns = stalled;
         }
         self.idx.unsynced[p] = false;
-        self.idx.stalled[p] = link.is_stalled();
     }
 
     /// The port died or was set down: packets bound for it are dropped from
@@ -1383,7 +1395,6 @@ impl Switch {
     fn note_stalled(&mut self, out: usize, vc: u8) {
         self.catch_up(out);
         self.ports[out].link.note_stalled(vc);
-        self.idx.stalled[out] = true;
     }
 
     /// Notes that a flit held back by timing may move at `at`.

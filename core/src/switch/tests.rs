@@ -339,12 +339,36 @@ pub(crate) fn backpressure(switching: Switching) -> Net {
 pub(crate) fn backpressure_holds_without_drops_then_drains() {
     for switching in [Switching::Wormhole, Switching::VirtualCutThrough] {
         let mut net = backpressure(switching);
-        assert!(net.switches[1].counters().ports[1].vcs[0].credit_stall_ns > 0);
+        let stall = net.switches[1].counters_at(net.now).ports[1].vcs[0].credit_stall_ns;
+        assert!(stall > 0);
         net.hosts[1].consume = true;
         net.run_for(30_000_000);
         assert_in_order(&net.hosts[1].received, 30, 4);
         assert_eq!(net.total_drops(), 0);
     }
+}
+
+/// A running credit stall is kept as its start time: read at any time it
+/// counts up to then (what copying it at a wake-up then would have given),
+/// and a wake-up meanwhile changes no counter.
+#[test]
+fn a_running_credit_stall_counts_up_to_when_it_is_read() {
+    let mut net = backpressure(Switching::Wormhole);
+    let now = net.now;
+    let sw = &mut net.switches[1];
+    let stall = |sw: &Switch, t: u64| sw.counters_at(t).ports[1].vcs[0].credit_stall_ns;
+    let at_now = stall(sw, now);
+    assert!(at_now > 0, "the switch waits for credits on port 1");
+    assert_eq!(
+        sw.counters().ports[1].vcs[0].credit_stall_ns,
+        0,
+        "none ended"
+    );
+    let kept = sw.counters().clone();
+    sw.handle_timeout(now + 1_000);
+    assert_eq!(sw.counters(), &kept, "a wake-up copies no running stall");
+    assert_eq!(stall(sw, now + 1_000), at_now + 1_000);
+    assert_eq!(stall(sw, now + 5_000), at_now + 5_000);
 }
 
 pub(crate) fn in_flight(net: &Net) -> Vec<u64> {

@@ -883,7 +883,7 @@ impl<'p> Sim<'p> {
         let links = || (0..c.ports.len() as PortNo).filter_map(|p| sw.link(p).ok());
         SwitchReport {
             name: self.shells[i].name.clone(),
-            counters: c.clone(),
+            counters: sw.counters_at(self.fabric.now()),
             credit_violations: links().map(|l| l.stats().rx_overflow).sum(),
             credits_missing: cabled
                 .iter()
