@@ -592,7 +592,7 @@ fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str
 /// re-route takes effect when the re-route ends.
 fn restart_before_detection(case: &Case, actions: &[ActionTiming]) -> bool {
     let dead_s = case.file.fabric.dead_after.0.as_secs_f64();
-    actions.iter().any(|a| {
+    actions.iter().enumerate().any(|(i, a)| {
         let back_kind = if a.action == ActionKind::SigkillSwitch.name() {
             ActionKind::RestartSwitch
         } else if a.action == ActionKind::KillSwitch.name() {
@@ -600,11 +600,10 @@ fn restart_before_detection(case: &Case, actions: &[ActionTiming]) -> bool {
         } else {
             return false;
         };
-        actions.iter().any(|b| {
-            b.action == back_kind.name()
-                && b.element == a.element
-                && b.at_s > a.at_s
-                && b.at_s - a.at_s < dead_s
+        // Later in the timeline; at the same instant when both waited
+        // behind one re-route.
+        actions[i + 1..].iter().any(|b| {
+            b.action == back_kind.name() && b.element == a.element && b.at_s - a.at_s < dead_s
         })
     })
 }
