@@ -252,6 +252,12 @@ pub struct Totals {
     pub rrq_parked: u64,
     #[serde(default)]
     pub rrq_overflow: u64,
+    /// Recover requests that reached their sender after it had released
+    /// the message (its hold window ran out first): each is a message lost,
+    /// and under in-order delivery its flow's later messages are held
+    /// behind it for good.
+    #[serde(default)]
+    pub rrq_unrecoverable: u64,
     /// Packets resent by senders.
     #[serde(default)]
     pub resent_packets: u64,
@@ -291,6 +297,7 @@ impl Totals {
             t.recover_requests += e.sbrp.rrq_received;
             t.rrq_from_receivers += e.sbrp.rrq_sent;
             t.resent_packets += e.sbrp.resent_packets;
+            t.rrq_unrecoverable += e.sbrp.unrecoverable_rrq;
             t.duplicate_flits += e.sink.duplicate_flits;
             t.recovered_latency_moments_ns
                 .merge(&e.recovered_latency_moments_ns);
@@ -614,6 +621,13 @@ impl fmt::Display for RunReport {
                     t.rrq_parked, t.rrq_overflow
                 )?;
             }
+            if t.rrq_unrecoverable > 0 {
+                writeln!(
+                    f,
+                    "              {} recover requests reached their sender after it released the message (hold window over)",
+                    t.rrq_unrecoverable
+                )?;
+            }
         }
         writeln!(f, "  integrity   duplicates {}  out-of-order {}  corrupted {}  incomplete packets {}  misdelivered {}", t.duplicates, t.out_of_order, t.corrupted, t.incomplete_packets, t.misdelivered_packets)?;
         writeln!(
@@ -798,7 +812,8 @@ mod tests {
             h.endpoint.sbrp.resent_flits = 16;
             h
         };
-        let host = resender();
+        let mut host = resender();
+        host.endpoint.sbrp.unrecoverable_rrq = 5;
         let r = RunReport::build(
             &cube,
             "auto",
@@ -819,9 +834,14 @@ mod tests {
             ),
             (6, 3, 4)
         );
+        assert_eq!(r.totals.rrq_unrecoverable, 5);
         let text = r.to_string();
         assert!(
             text.contains("3 recover requests parked by switches (route dead), 4 dropped"),
+            "{text}"
+        );
+        assert!(
+            text.contains("5 recover requests reached their sender after it released the message"),
             "{text}"
         );
         let quiet = RunReport::build(
