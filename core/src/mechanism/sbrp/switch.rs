@@ -10,6 +10,7 @@ use super::{
 };
 use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
+use crate::routing::VcPolicy;
 use crate::switch::hook::SwitchHook;
 use crate::switch::input::Tracked;
 use crate::switch::{DropReason, Switch};
@@ -356,9 +357,16 @@ impl SwitchHook for SbrpHook {
         let park = reason == DropReason::NoRoute
             || (reason == DropReason::PortDown
                 && (!afresh || track.is_some_and(|t| t.submsg >= DLR_EAGER_RESENDS)));
+        // Not under the mesh's local rerouting: its dead ends are dead
+        // routers, and a packet for a dead router's host (which it cannot
+        // tell from one for a host behind it) is discarded at every
+        // resend, each re-arming its sender's hold; on a loaded 7×7 mesh
+        // with two dead routers such releases delay connected flows'
+        // recovery past their senders' hold windows.
+        let local_reroute = sw.policy == VcPolicy::LocalReroute;
         let release = match track {
             _ if reason == DropReason::NoRoute => Release::Deadline,
-            Some(t) if afresh && t.submsg >= DLR_EAGER_RESENDS => {
+            Some(t) if afresh && !local_reroute && t.submsg >= DLR_EAGER_RESENDS => {
                 Release::AfterResends(t.submsg - DLR_EAGER_RESENDS)
             }
             _ => Release::OnChange,
