@@ -403,6 +403,22 @@ fn the_swarm_failures_fixed_stay_fixed() {
     }
 }
 
+/// Under dynamic local rerouting, a 2-ary 3-tree's `s1-2` loses both
+/// up-links (one link killed, the top switch at the other SIGKILLed):
+/// outside DLR's one-fault-per-switch guarantee. Every message lost left
+/// the subtree below `s1-2`, and the swarm names that switch.
+#[test]
+fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
+    let out = flitctl(&["sim", "--replay", "13054188782844823925"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("explained: every message lost")
+            && text.contains("a switch whose up-links are all dead (s1-2)"),
+        "{text}"
+    );
+}
+
 /// A timeline step due while the controller re-routes takes effect when
 /// the re-route ends, as on the live controller's single loop; the report
 /// says so, and the swarm judges "faster than detection" by when the
