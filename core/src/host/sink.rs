@@ -339,6 +339,33 @@ impl Sink {
         self.flows.values().map(|f| f.held.len()).sum()
     }
 
+    /// In-order mode: per flow holding complete messages back, the source
+    /// and the message number they wait for (a later message of the flow
+    /// arrived, this one has not).
+    pub fn order_gaps(&self) -> impl Iterator<Item = (HostId, u32)> + '_ {
+        self.flows
+            .iter()
+            .filter(|(_, f)| !f.held.is_empty())
+            .map(|(&src, f)| (src, f.watermark))
+    }
+
+    /// In-order mode: the message numbers of `src`'s flow missing below
+    /// its highest held message (neither delivered nor held), the first
+    /// `at_most`, with their ids.
+    pub fn missing_before_held(&self, src: HostId, at_most: usize) -> Vec<(u32, u64)> {
+        let Some(flow) = self.flows.get(&src) else {
+            return Vec::new();
+        };
+        let Some((&highest, _)) = flow.held.last_key_value() else {
+            return Vec::new();
+        };
+        (flow.watermark..highest)
+            .filter(|&seq| !flow.delivered(seq))
+            .take(at_most)
+            .map(|seq| (seq, message_id(self.cfg.host, seq)))
+            .collect()
+    }
+
     /// The first flit of `[from, to)` of message `msg` from `src` not yet
     /// received; `None` if all are there or the message was delivered.
     pub fn first_missing(&self, src: HostId, msg: u64, from: u32, to: u32) -> Option<u32> {
