@@ -392,6 +392,14 @@ fn the_swarm_failures_fixed_stay_fixed() {
         "5116066969922715187",
         "6938809683247907266",
         "7636345412278936423",
+        // A packet lost with no report that reaches its sender, asked for
+        // by its receiver's gap recovery: held by a top switch when it was
+        // administratively killed (a PGFT, SBRP-0), two faults within
+        // detection on one path (a 2-ary 4-tree, SBRP-1; a 2-ary 3-tree,
+        // SBRP-2).
+        "4461823117728160445",
+        "13624016601395737327",
+        "7715267869909842329",
     ] {
         let out = flitctl(&["sim", "--replay", seed]).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

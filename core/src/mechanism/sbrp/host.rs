@@ -896,6 +896,54 @@ mod tests {
         );
     }
 
+    /// A flow that waits for messages nothing reported cut: after
+    /// `gap_wait_ns`, not before, the receiver asks the sender for every
+    /// missing one (whole packets under SBRP-0), with requests the sender
+    /// cannot take as stale; it asks again after each further wait, three
+    /// times at most, and forgets the gap once the flow moves on.
+    #[test]
+    fn a_gap_held_for_order_is_asked_for_after_the_gap_wait() {
+        let cfg = SbrpConfig {
+            protocol: RecoveryProtocol::Sbrp0,
+            ..SbrpConfig::default()
+        };
+        let p = Packetiser {
+            max_packet_flits: 4,
+        };
+        let wait = 1_000;
+        let mut g = GapRecovery::default();
+        let mut out = VecDeque::new();
+        // Messages 7 (flits from 6 on missing) and 8 (nothing arrived).
+        let missing = |src: HostId| {
+            assert_eq!(src, 9);
+            vec![(7, 6), (8, 0)]
+        };
+        g.observe(100, wait, [(9, 7)].into_iter());
+        assert_eq!(g.next_due(), Some(1_100));
+        assert_eq!(g.due_rrqs(1_099, 3, &cfg, wait, &p, 0, missing, &mut out), 0);
+        g.observe(1_099, wait, [(9, 7)].into_iter());
+        assert_eq!(g.due_rrqs(1_100, 3, &cfg, wait, &p, 0, missing, &mut out), 2);
+        let asked: Vec<_> = out.drain(..).collect();
+        assert!(asked.iter().all(is_gap_rrq));
+        let what: Vec<_> = asked.iter().map(|f| (f.msg, f.packet, f.seq)).collect();
+        assert_eq!(what, [(7, 1, 4), (8, 0, 0)]);
+        let mut s = SenderRecovery::default();
+        s.ssnf.insert((7, 1), 3);
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp0, &asked[0], 4, 4),
+            RrqVerdict::Resend { from: 4, ssnf: 4 }
+        );
+        for t in [2_100, 3_100] {
+            assert_eq!(g.due_rrqs(t, 3, &cfg, wait, &p, 0, missing, &mut out), 2);
+        }
+        assert_eq!(g.next_due(), None, "three times at most");
+        assert_eq!(g.due_rrqs(9_000, 3, &cfg, wait, &p, 0, missing, &mut out), 0);
+        g.observe(9_000, wait, [(9, 9)].into_iter());
+        assert_eq!(g.next_due(), Some(10_000), "a new gap is waited for afresh");
+        g.observe(9_500, wait, std::iter::empty());
+        assert_eq!(g.waiting(), 0);
+    }
+
     /// SBRP-2's receiver sends its RRQ `report_delay_ns` after the NFT (its
     /// recover handler's software overhead), not before, and marks it as
     /// the receiver's; a switch's RRQ is not marked.
