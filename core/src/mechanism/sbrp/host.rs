@@ -387,8 +387,11 @@ impl ReceiverRecovery {
     }
 }
 
-/// Gap requests a receiver sends for one gap at most.
-const GAP_RRQS: u32 = 3;
+/// Gap requests a receiver sends for one gap at most. A resend it brings
+/// is an ordinary sub-message, recovered by the switches' rules if cut;
+/// asking again would only resend, and re-arm the sender's hold of, a
+/// message whose destination the routing does not reach.
+const GAP_RRQS: u32 = 1;
 
 /// Missing messages of one flow a receiver asks for at once. Every message
 /// missing below the last one held is asked for together: asked one after
@@ -414,8 +417,7 @@ struct Gap {
 /// longer than any delivery or recovery in progress takes, is asked for
 /// with an RRQ to the sender per missing message below the last one held
 /// (first missing flit, [`GAP_RRQ_SSNF`]), which resends it if it still
-/// retains it; again after each further `gap_wait_ns` while the flow waits
-/// for the same message, [`GAP_RRQS`] times at most.
+/// retains it, [`GAP_RRQS`] times per gap.
 #[derive(Clone, Debug, Default)]
 pub struct GapRecovery {
     /// Per source, the gap its flow waits on.
@@ -899,8 +901,8 @@ mod tests {
     /// A flow that waits for messages nothing reported cut: after
     /// `gap_wait_ns`, not before, the receiver asks the sender for every
     /// missing one (whole packets under SBRP-0), with requests the sender
-    /// cannot take as stale; it asks again after each further wait, three
-    /// times at most, and forgets the gap once the flow moves on.
+    /// cannot take as stale; once per gap, which it forgets once the flow
+    /// moves on.
     #[test]
     fn a_gap_held_for_order_is_asked_for_after_the_gap_wait() {
         let cfg = SbrpConfig {
@@ -920,9 +922,15 @@ mod tests {
         };
         g.observe(100, wait, [(9, 7)].into_iter());
         assert_eq!(g.next_due(), Some(1_100));
-        assert_eq!(g.due_rrqs(1_099, 3, &cfg, wait, &p, 0, missing, &mut out), 0);
+        assert_eq!(
+            g.due_rrqs(1_099, 3, &cfg, wait, &p, 0, missing, &mut out),
+            0
+        );
         g.observe(1_099, wait, [(9, 7)].into_iter());
-        assert_eq!(g.due_rrqs(1_100, 3, &cfg, wait, &p, 0, missing, &mut out), 2);
+        assert_eq!(
+            g.due_rrqs(1_100, 3, &cfg, wait, &p, 0, missing, &mut out),
+            2
+        );
         let asked: Vec<_> = out.drain(..).collect();
         assert!(asked.iter().all(is_gap_rrq));
         let what: Vec<_> = asked.iter().map(|f| (f.msg, f.packet, f.seq)).collect();
@@ -933,11 +941,11 @@ mod tests {
             s.judge(RecoveryProtocol::Sbrp0, &asked[0], 4, 4),
             RrqVerdict::Resend { from: 4, ssnf: 4 }
         );
-        for t in [2_100, 3_100] {
-            assert_eq!(g.due_rrqs(t, 3, &cfg, wait, &p, 0, missing, &mut out), 2);
-        }
-        assert_eq!(g.next_due(), None, "three times at most");
-        assert_eq!(g.due_rrqs(9_000, 3, &cfg, wait, &p, 0, missing, &mut out), 0);
+        assert_eq!(g.next_due(), None, "once per gap");
+        assert_eq!(
+            g.due_rrqs(9_000, 3, &cfg, wait, &p, 0, missing, &mut out),
+            0
+        );
         g.observe(9_000, wait, [(9, 9)].into_iter());
         assert_eq!(g.next_due(), Some(10_000), "a new gap is waited for afresh");
         g.observe(9_500, wait, std::iter::empty());
