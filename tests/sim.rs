@@ -431,7 +431,10 @@ fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
 /// the re-route ends, as on the live controller's single loop; the report
 /// says so, and the swarm judges "faster than detection" by when the
 /// steps took effect: here a 4-cube's `r12` is administratively killed
-/// 2 ms late, then restored within `dead_after`.
+/// 2 ms late, then restored within `dead_after` (the swarm's unit test
+/// `a_restart_is_judged_by_when_the_steps_took_effect`). What the
+/// neighbours sent into it meanwhile is lost with no report, and the
+/// receivers' gap recovery asks for it: every invariant holds.
 #[test]
 fn a_step_due_during_a_re_route_is_reported_late_and_judged_as_applied() {
     let out = flitctl(&["sim", "--replay", "15553480529114013366"]).unwrap();
@@ -441,10 +444,7 @@ fn a_step_due_during_a_re_route_is_reported_late_and_judged_as_applied() {
             && text.contains("applied 2.0 ms late (behind a re-route)"),
         "{text}"
     );
-    assert!(
-        text.contains("explained: a switch restarted or restored faster than keepalive detection"),
-        "{text}"
-    );
+    assert!(text.contains("every invariant held"), "{text}");
 }
 
 /// A swarm failure outside SBRP's promise stays explained, with its

@@ -1183,3 +1183,28 @@ pub fn replay(seed: u64, events: Option<&std::path::Path>) -> Result<()> {
 fn named(name: &str) -> Mechanism {
     Mechanism::parse(name).expect("the swarm names registered mechanisms")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step due during a re-route takes effect when it ends: `r12` of
+    /// this 4-cube is scheduled killed at 6 ms and restored at 9 ms
+    /// (`dead_after` 3 ms, not faster than detection), but the kill takes
+    /// effect 2 ms late, so the restore follows it faster than detection.
+    #[test]
+    fn a_restart_is_judged_by_when_the_steps_took_effect() {
+        let case = Case::draw(15553480529114013366).unwrap();
+        let (_, report) = check(&case).unwrap();
+        assert!(restart_before_detection(&case, &report.actions));
+        let kill = report
+            .actions
+            .iter()
+            .find(|a| a.action == ActionKind::KillSwitch.name())
+            .unwrap();
+        assert!(
+            kill.late_ms.is_some_and(|ms| (ms - 2.0).abs() < 0.01),
+            "{kill:?}"
+        );
+    }
+}
