@@ -502,6 +502,11 @@ impl GapRecovery {
             .min()
     }
 
+    /// Forgets every gap (no flow waits any more).
+    pub fn clear(&mut self) {
+        self.gaps.clear();
+    }
+
     /// Stops asking a dead source (it will never resend).
     pub fn forget_source(&mut self, src: HostId) {
         self.gaps.remove(&src);
@@ -713,7 +718,7 @@ impl HostHook for SbrpHost {
             |src, msg, from, to| sink.first_missing(src, msg, from, to),
             &mut self.control_out,
         );
-        if let Some(wait) = self.cfg.gap_wait_ns {
+        if let Some(wait) = self.cfg.gap_wait_ns.filter(|_| sink.held_messages() > 0) {
             self.gaps.observe(now, wait, sink.order_gaps());
             for dead in host.source.destinations_down() {
                 self.gaps.forget_source(dead);
@@ -736,6 +741,9 @@ impl HostHook for SbrpHost {
                 },
                 &mut self.control_out,
             );
+        } else {
+            // Nothing held for order: no flow waits.
+            self.gaps.clear();
         }
     }
 
