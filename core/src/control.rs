@@ -283,6 +283,17 @@ impl FabricParams {
             .saturating_add(500_000_000)
     }
 
+    /// How long a receiver's in-order delivery waits for a message nothing
+    /// reported cut before it asks the sender (SBRP's receiver gap
+    /// recovery, docs/sbrp.md): half the hold window, `dead_after` + 250
+    /// ms. Far above a delivery's latency and a recovery's (detection
+    /// within `dead_after`, then re-routing and the resend), so a healthy
+    /// run never asks; and below the hold, so that the sender still
+    /// retains a message the next one followed within the other half.
+    pub fn sbrp_gap_wait_ns(&self) -> u64 {
+        self.recovery_hold_ns() / 2
+    }
+
     /// The link configuration of every port of the fabric, switch and host
     /// alike, for nodes driven by `driver`.
     pub fn link_config(&self, driver: &LinkDriver) -> crate::link::LinkConfig {

@@ -376,6 +376,7 @@ fn run(case: &Case, how: Swap) -> (Fabric<Switch>, Outcome) {
             switch_report_delay_ns: 0,
             nft_wait_ns: 100_000,
             max_receiver_rrqs: 8,
+            gap_wait_ns: None,
         };
         for h in &mut f.hosts {
             h.set_recovery(sbrp.clone()).unwrap();

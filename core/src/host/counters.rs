@@ -27,6 +27,13 @@ pub struct SbrpStats {
     /// switch died holding it), acted on as the request.
     #[serde(default)]
     pub notices_acted_on: u64,
+    /// Gap requests this host sent as a receiver (a flow's in-order
+    /// delivery waited `gap_wait_ns` for a message nothing reported cut).
+    #[serde(default)]
+    pub gap_rrq_sent: u64,
+    /// Gap requests for a message this host no longer retained.
+    #[serde(default)]
+    pub gap_rrq_unanswered: u64,
 }
 
 /// Summary of a host's route table (per destination), for its report.

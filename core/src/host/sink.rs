@@ -283,6 +283,9 @@ pub struct Sink {
     /// complete early (SBRP: a resent message completes after its
     /// successors, spec 003 §8 item 17).
     in_order: bool,
+    /// Messages held for order, over all flows (kept so that asking costs
+    /// nothing per flow: the SBRP host asks after every receive).
+    held: usize,
 }
 
 impl Sink {
@@ -302,6 +305,7 @@ impl Sink {
             first_delivery: None,
             last_delivery: None,
             in_order: false,
+            held: 0,
         }
     }
 
@@ -336,7 +340,34 @@ impl Sink {
 
     /// Complete messages held back waiting for an earlier one.
     pub fn held_messages(&self) -> usize {
-        self.flows.values().map(|f| f.held.len()).sum()
+        self.held
+    }
+
+    /// In-order mode: per flow holding complete messages back, the source
+    /// and the message number they wait for (a later message of the flow
+    /// arrived, this one has not).
+    pub fn order_gaps(&self) -> impl Iterator<Item = (HostId, u32)> + '_ {
+        self.flows
+            .iter()
+            .filter(|(_, f)| !f.held.is_empty())
+            .map(|(&src, f)| (src, f.watermark))
+    }
+
+    /// In-order mode: the message numbers of `src`'s flow missing below
+    /// its highest held message (neither delivered nor held), the first
+    /// `at_most`, with their ids.
+    pub fn missing_before_held(&self, src: HostId, at_most: usize) -> Vec<(u32, u64)> {
+        let Some(flow) = self.flows.get(&src) else {
+            return Vec::new();
+        };
+        let Some((&highest, _)) = flow.held.last_key_value() else {
+            return Vec::new();
+        };
+        (flow.watermark..highest)
+            .filter(|&seq| !flow.delivered(seq))
+            .take(at_most)
+            .map(|seq| (seq, message_id(self.cfg.host, seq)))
+            .collect()
     }
 
     /// The first flit of `[from, to)` of message `msg` from `src` not yet
@@ -559,7 +590,9 @@ impl Sink {
         }
         let flow = self.flows.entry(src).or_default();
         if self.in_order && seq > flow.watermark {
-            flow.held.insert(seq, (a, now));
+            if flow.held.insert(seq, (a, now)).is_none() {
+                self.held += 1;
+            }
             self.stats.held_for_order += 1;
             return;
         }
@@ -569,6 +602,7 @@ impl Sink {
             let next = flow.watermark;
             flow.held.remove(&next).map(|(a, _)| (next, a))
         }) {
+            self.held -= 1;
             self.deliver(now, src, a.0, a.1);
         }
     }

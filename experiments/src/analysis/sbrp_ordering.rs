@@ -152,6 +152,8 @@ impl Overhead {
             // beyond the protocols' own latencies.
             nft_wait_ns: 100_000,
             max_receiver_rrqs: 8,
+            // The thesis's protocols alone.
+            gap_wait_ns: None,
         }
     }
 }

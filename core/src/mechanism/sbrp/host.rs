@@ -21,8 +21,8 @@
 //!   carries no data.
 
 use super::{
-    is_parked_notice, is_relayed_rrq, is_rrq, receiver_rrq_flit, relayed_rrq, rrq_from_receiver,
-    RecoveryProtocol,
+    is_gap_rrq, is_parked_notice, is_relayed_rrq, is_rrq, receiver_rrq_flit, relayed_rrq,
+    rrq_from_receiver, RecoveryProtocol, GAP_RRQ_SSNF,
 };
 use crate::flit::{flags, Flit};
 pub use crate::host::counters::SbrpStats;
@@ -77,6 +77,13 @@ pub struct SbrpConfig {
     /// cover a lost RRQ, spec 003 §8 item 18); the wait doubles after each,
     /// so 12 cover about `4096 × nft_wait_ns`.
     pub max_receiver_rrqs: u32,
+    /// Receiver gap recovery (flitnet's addition, `docs/sbrp.md` "Receiver
+    /// gap recovery"): how long a flow's in-order delivery may wait for a
+    /// message that nothing reported cut before the receiver asks its
+    /// sender for it; `None` turns it off. The daemons and `flitctl sim`
+    /// use [`crate::control::FabricParams::sbrp_gap_wait_ns`].
+    #[serde(default)]
+    pub gap_wait_ns: Option<u64>,
 }
 
 impl Default for SbrpConfig {
@@ -88,6 +95,7 @@ impl Default for SbrpConfig {
             switch_report_delay_ns: 0,
             nft_wait_ns: 200_000,
             max_receiver_rrqs: 12,
+            gap_wait_ns: None,
         }
     }
 }
@@ -379,6 +387,132 @@ impl ReceiverRecovery {
     }
 }
 
+/// Gap requests a receiver sends for one gap at most. A resend it brings
+/// is an ordinary sub-message, recovered by the switches' rules if cut;
+/// asking again would only resend, and re-arm the sender's hold of, a
+/// message whose destination the routing does not reach.
+const GAP_RRQS: u32 = 1;
+
+/// Missing messages of one flow a receiver asks for at once. Every message
+/// missing below the last one held is asked for together: asked one after
+/// the other, each `gap_wait_ns` after the one before it was delivered, a
+/// later one would be released by its sender before its turn.
+const GAP_MESSAGES: usize = 64;
+
+/// A flow whose in-order delivery waits for message number `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Gap {
+    seq: u32,
+    /// When to ask (again).
+    at: u64,
+    rrqs: u32,
+}
+
+/// Receiver gap recovery (flitnet's addition to the protocols, see
+/// `docs/sbrp.md` "Receiver gap recovery"): the last resort for a packet
+/// lost with no report that reaches its sender (the switch that cut it
+/// isolated or dead, two dead hops beyond node C's R-3 window). Its
+/// receiver then sees a gap: a later message of the flow complete and held
+/// for order, the earlier one missing. A gap that lasts `gap_wait_ns`, far
+/// longer than any delivery or recovery in progress takes, is asked for
+/// with an RRQ to the sender per missing message below the last one held
+/// (first missing flit, [`GAP_RRQ_SSNF`]), which resends it if it still
+/// retains it, [`GAP_RRQS`] times per gap.
+#[derive(Clone, Debug, Default)]
+pub struct GapRecovery {
+    /// Per source, the gap its flow waits on.
+    gaps: BTreeMap<HostId, Gap>,
+}
+
+impl GapRecovery {
+    /// Follows the sink's gaps (`gaps`: source, missing message number):
+    /// a new gap is asked for `wait` from now; a closed one is forgotten.
+    pub fn observe(&mut self, now: u64, wait: u64, gaps: impl Iterator<Item = (HostId, u32)>) {
+        let mut open = BTreeMap::new();
+        for (src, seq) in gaps {
+            let gap = match self.gaps.get(&src) {
+                Some(g) if g.seq == seq => *g,
+                _ => Gap {
+                    seq,
+                    at: now.saturating_add(wait),
+                    rrqs: 0,
+                },
+            };
+            open.insert(src, gap);
+        }
+        self.gaps = open;
+    }
+
+    /// Gap requests due at `now`. `missing(src)` lists the missing messages
+    /// of `src`'s flow (at most [`GAP_MESSAGES`]), each with its id and
+    /// first missing flit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn due_rrqs(
+        &mut self,
+        now: u64,
+        me: HostId,
+        cfg: &SbrpConfig,
+        wait: u64,
+        packetiser: &Packetiser,
+        vc: u8,
+        missing: impl Fn(HostId) -> Vec<(u64, u32)>,
+        out: &mut VecDeque<Flit>,
+    ) -> u64 {
+        let mut sent = 0;
+        for (&src, gap) in self.gaps.iter_mut() {
+            if gap.at > now || gap.rrqs >= GAP_RRQS {
+                continue;
+            }
+            for (msg, flit) in missing(src) {
+                let packet = flit / packetiser.max_packet_flits.max(1);
+                // SBRP-0 resends whole packets (§5.4).
+                let from = if cfg.protocol == RecoveryProtocol::Sbrp0 {
+                    packet * packetiser.max_packet_flits.max(1)
+                } else {
+                    flit
+                };
+                out.push_back(receiver_rrq_flit(
+                    me,
+                    src,
+                    msg,
+                    packet,
+                    GAP_RRQ_SSNF,
+                    from,
+                    vc,
+                    now,
+                ));
+                sent += 1;
+            }
+            gap.rrqs += 1;
+            gap.at = now.saturating_add(wait);
+        }
+        sent
+    }
+
+    /// Gaps still to be asked for.
+    pub fn waiting(&self) -> usize {
+        self.gaps.values().filter(|g| g.rrqs < GAP_RRQS).count()
+    }
+
+    pub fn next_due(&self) -> Option<u64> {
+        self.gaps
+            .values()
+            .filter(|g| g.rrqs < GAP_RRQS)
+            .map(|g| g.at)
+            .min()
+    }
+
+    /// Forgets every gap (no flow waits any more).
+    pub fn clear(&mut self) {
+        self.gaps.clear();
+    }
+
+    /// Stops asking a dead source (it will never resend).
+    pub fn forget_source(&mut self, src: HostId) {
+        self.gaps.remove(&src);
+    }
+}
+
 /// Cuts of one packet (its SSNF) up to which a notice of a parked RRQ is
 /// acted on (see `SbrpHost::intercept`).
 const NOTICE_RESENDS: u32 = 2;
@@ -391,6 +525,7 @@ pub struct SbrpHost {
     cfg: SbrpConfig,
     sender: SenderRecovery,
     receiver: ReceiverRecovery,
+    gaps: GapRecovery,
     stats: SbrpStats,
     /// One-flit control packets (RRQs) waiting for an idle lane.
     control_out: VecDeque<Flit>,
@@ -402,6 +537,7 @@ impl SbrpHost {
             cfg,
             sender: SenderRecovery::default(),
             receiver: ReceiverRecovery::new(vcs),
+            gaps: GapRecovery::default(),
             stats: SbrpStats::default(),
             control_out: VecDeque::new(),
         }
@@ -426,7 +562,13 @@ impl SbrpHost {
         self.stats.rrq_received += 1;
         self.sender.settle_notice(rrq);
         let Some(retained) = host.source.retained().get(rrq.msg) else {
-            self.stats.unrecoverable_rrq += 1;
+            // A gap request may come for a message its sender sent more
+            // than the hold window ago: not a hold too short for a cut.
+            if is_gap_rrq(rrq) {
+                self.stats.gap_rrq_unanswered += 1;
+            } else {
+                self.stats.unrecoverable_rrq += 1;
+            }
             return;
         };
         let msg = retained.msg;
@@ -547,6 +689,7 @@ impl HostHook for SbrpHost {
 
     fn on_peer_down(&mut self, peer: HostId) {
         self.receiver.forget_source(peer);
+        self.gaps.forget_source(peer);
     }
 
     fn after_receive(&mut self, host: &mut HostEndpoint, now: u64) {
@@ -575,6 +718,33 @@ impl HostHook for SbrpHost {
             |src, msg, from, to| sink.first_missing(src, msg, from, to),
             &mut self.control_out,
         );
+        if let Some(wait) = self.cfg.gap_wait_ns.filter(|_| sink.held_messages() > 0) {
+            self.gaps.observe(now, wait, sink.order_gaps());
+            for dead in host.source.destinations_down() {
+                self.gaps.forget_source(dead);
+            }
+            self.stats.gap_rrq_sent += self.gaps.due_rrqs(
+                now,
+                host.cfg.host,
+                &self.cfg,
+                wait,
+                &packetiser,
+                vc,
+                |src| {
+                    sink.missing_before_held(src, GAP_MESSAGES)
+                        .into_iter()
+                        .filter_map(|(_, msg)| {
+                            sink.first_missing(src, msg, 0, u32::MAX)
+                                .map(|flit| (msg, flit))
+                        })
+                        .collect()
+                },
+                &mut self.control_out,
+            );
+        } else {
+            // Nothing held for order: no flow waits.
+            self.gaps.clear();
+        }
     }
 
     fn take_control(&mut self, vc: u8) -> Option<Flit> {
@@ -593,6 +763,7 @@ impl HostHook for SbrpHost {
         [
             self.sender.next_due().filter(|&t| t > now),
             self.receiver.next_due(),
+            self.gaps.next_due(),
         ]
         .into_iter()
         .flatten()
@@ -601,6 +772,7 @@ impl HostHook for SbrpHost {
 
     fn in_progress(&self) -> usize {
         self.receiver.waiting()
+            + self.gaps.waiting()
             + self.sender.pending()
             + self.sender.noticed()
             + self.control_out.len()
@@ -732,6 +904,60 @@ mod tests {
             s.judge(RecoveryProtocol::Sbrp0, &r0, 0, 128),
             RrqVerdict::Resend { from: 0, ssnf: 1 }
         );
+    }
+
+    /// A flow that waits for messages nothing reported cut: after
+    /// `gap_wait_ns`, not before, the receiver asks the sender for every
+    /// missing one (whole packets under SBRP-0), with requests the sender
+    /// cannot take as stale; once per gap, which it forgets once the flow
+    /// moves on.
+    #[test]
+    fn a_gap_held_for_order_is_asked_for_after_the_gap_wait() {
+        let cfg = SbrpConfig {
+            protocol: RecoveryProtocol::Sbrp0,
+            ..SbrpConfig::default()
+        };
+        let p = Packetiser {
+            max_packet_flits: 4,
+        };
+        let wait = 1_000;
+        let mut g = GapRecovery::default();
+        let mut out = VecDeque::new();
+        // Messages 7 (flits from 6 on missing) and 8 (nothing arrived).
+        let missing = |src: HostId| {
+            assert_eq!(src, 9);
+            vec![(7, 6), (8, 0)]
+        };
+        g.observe(100, wait, [(9, 7)].into_iter());
+        assert_eq!(g.next_due(), Some(1_100));
+        assert_eq!(
+            g.due_rrqs(1_099, 3, &cfg, wait, &p, 0, missing, &mut out),
+            0
+        );
+        g.observe(1_099, wait, [(9, 7)].into_iter());
+        assert_eq!(
+            g.due_rrqs(1_100, 3, &cfg, wait, &p, 0, missing, &mut out),
+            2
+        );
+        let asked: Vec<_> = out.drain(..).collect();
+        assert!(asked.iter().all(is_gap_rrq));
+        let what: Vec<_> = asked.iter().map(|f| (f.msg, f.packet, f.seq)).collect();
+        assert_eq!(what, [(7, 1, 4), (8, 0, 0)]);
+        let mut s = SenderRecovery::default();
+        s.ssnf.insert((7, 1), 3);
+        assert_eq!(
+            s.judge(RecoveryProtocol::Sbrp0, &asked[0], 4, 4),
+            RrqVerdict::Resend { from: 4, ssnf: 4 }
+        );
+        assert_eq!(g.next_due(), None, "once per gap");
+        assert_eq!(
+            g.due_rrqs(9_000, 3, &cfg, wait, &p, 0, missing, &mut out),
+            0
+        );
+        g.observe(9_000, wait, [(9, 9)].into_iter());
+        assert_eq!(g.next_due(), Some(10_000), "a new gap is waited for afresh");
+        g.observe(9_500, wait, std::iter::empty());
+        assert_eq!(g.waiting(), 0);
     }
 
     /// SBRP-2's receiver sends its RRQ `report_delay_ns` after the NFT (its

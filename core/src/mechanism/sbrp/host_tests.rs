@@ -202,6 +202,8 @@ fn run_faults_rounds(
         switch_report_delay_ns: 0,
         nft_wait_ns: 100_000,
         max_receiver_rrqs: 8,
+        // The protocols as the thesis has them (the numbers in docs/sbrp.md).
+        gap_wait_ns: None,
     };
     for h in &mut f.hosts {
         h.set_recovery(sbrp.clone()).unwrap();

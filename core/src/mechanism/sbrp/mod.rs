@@ -176,6 +176,17 @@ pub fn receiver_rrq_flit(
     f
 }
 
+/// `head.submsg` of a receiver's gap request (flitnet's addition, see
+/// `docs/sbrp.md` "Receiver gap recovery"): the receiver saw no cut of the
+/// packet and knows no sub-message of it, so it names one above any the
+/// sender has used, and the sender never takes the request as stale.
+pub const GAP_RRQ_SSNF: u16 = u16::MAX;
+
+/// Whether an RRQ is a receiver's gap request.
+pub fn is_gap_rrq(f: &Flit) -> bool {
+    is_rrq(f) && rrq_from_receiver(f) && f.head.as_ref().is_some_and(|h| h.submsg == GAP_RRQ_SSNF)
+}
+
 /// Whether an RRQ was made by the receiver rather than by a switch (C).
 pub fn rrq_from_receiver(f: &Flit) -> bool {
     f.head
