@@ -503,29 +503,26 @@ impl<S: InProcess> Fabric<S> {
         let mut d = std::mem::take(&mut self.spare);
         while let Some(port) = self.node(i).poll_transmit_decoded(now, &mut d) {
             self.datagrams += 1;
-            match self.wires[i].get(port as usize).copied().flatten() {
-                Some(w) if self.cut[w.link as usize] => self.lost_on_cut += 1,
-                Some(w) => {
-                    let slot = match self.free_decoded.pop() {
-                        Some(s) => s,
-                        None => {
-                            self.decoded.push(Decoded::default());
-                            (self.decoded.len() - 1) as u32
-                        }
-                    };
-                    // The slot's emptied vector becomes the next spare.
-                    std::mem::swap(&mut self.decoded[slot as usize], &mut d);
-                    self.sched.push(
-                        now + self.wire_ns,
-                        EventKind::ArriveDecoded {
-                            node: w.to,
-                            port: w.port,
-                            slot,
-                        },
-                    );
+            let Some(w) = self.live_wire(i, port) else {
+                continue;
+            };
+            let slot = match self.free_decoded.pop() {
+                Some(s) => s,
+                None => {
+                    self.decoded.push(Decoded::default());
+                    (self.decoded.len() - 1) as u32
                 }
-                None => self.unroutable += 1,
-            }
+            };
+            // The slot's emptied vector becomes the next spare.
+            std::mem::swap(&mut self.decoded[slot as usize], &mut d);
+            self.sched.push(
+                now + self.wire_ns,
+                EventKind::ArriveDecoded {
+                    node: w.to,
+                    port: w.port,
+                    slot,
+                },
+            );
         }
         self.spare = d;
     }
@@ -553,32 +550,46 @@ impl<S: InProcess> Fabric<S> {
                     }
                 }
             }
-            match self.wires[i].get(port as usize).copied().flatten() {
-                Some(w) if self.cut[w.link as usize] => self.lost_on_cut += 1,
-                Some(w) => {
-                    let data = Bytes::copy_from_slice(&buf);
-                    if self.wire_log.is_some() {
-                        let from = PortRef {
-                            node: self.node_ref(i),
-                            port,
-                        };
-                        if let Some(log) = self.wire_log.as_mut() {
-                            log.push((now, from, data.clone()));
-                        }
-                    }
-                    self.sched.push(
-                        now + self.wire_ns,
-                        EventKind::Arrive {
-                            node: w.to,
-                            port: w.port,
-                            data,
-                        },
-                    );
+            let Some(w) = self.live_wire(i, port) else {
+                continue;
+            };
+            let data = Bytes::copy_from_slice(&buf);
+            if self.wire_log.is_some() {
+                let from = PortRef {
+                    node: self.node_ref(i),
+                    port,
+                };
+                if let Some(log) = self.wire_log.as_mut() {
+                    log.push((now, from, data.clone()));
                 }
-                None => self.unroutable += 1,
             }
+            self.sched.push(
+                now + self.wire_ns,
+                EventKind::Arrive {
+                    node: w.to,
+                    port: w.port,
+                    data,
+                },
+            );
         }
         self.buf = buf;
+    }
+
+    /// The cable a datagram node `i` sends on `port` travels, if it can
+    /// carry it: a datagram on a pulled cable is counted lost there, one
+    /// on an uncabled port unroutable.
+    fn live_wire(&mut self, i: usize, port: PortNo) -> Option<Wire> {
+        match self.wires[i].get(port as usize).copied().flatten() {
+            Some(w) if self.cut[w.link as usize] => {
+                self.lost_on_cut += 1;
+                None
+            }
+            None => {
+                self.unroutable += 1;
+                None
+            }
+            w => w,
+        }
     }
 
     /// Arms node `i`'s next wake-up.
@@ -652,16 +663,18 @@ impl<S: InProcess> Fabric<S> {
                     node
                 }
                 EventKind::ArriveDecoded { node, port, slot } => {
+                    let running = self.running[node];
                     let mut d = std::mem::take(&mut self.decoded[slot as usize]);
-                    if self.running[node] {
+                    if running {
                         self.node(node).handle_decoded(now, port, &mut d);
                     } else {
                         self.lost_to_stopped += 1;
                     }
+                    // The slot is freed either way.
                     d.clear();
                     self.decoded[slot as usize] = d;
                     self.free_decoded.push(slot);
-                    if !self.running[node] {
+                    if !running {
                         continue;
                     }
                     node
