@@ -672,6 +672,13 @@ fn lost_by_pair(
     lost
 }
 
+/// Whether exactly-once delivery broke only by messages lost: none
+/// duplicated, out of order or still held (what an explanation by where
+/// the losses are can account for).
+fn broken_only_by_loss(t: &crate::report::Totals) -> bool {
+    t.messages_lost > 0 && t.duplicates == 0 && t.out_of_order == 0 && t.retained == 0
+}
+
 /// Under SBRP with controller re-routing, a loss outside the promise: every
 /// message lost between connected hosts was between a pair the final
 /// tables do not route (SBRP recovers what a detected fault cut, over a
@@ -682,12 +689,7 @@ fn lost_only_where_unrouted(
     unreachable: &BTreeSet<NodeRef>,
     t: &crate::report::Totals,
 ) -> Option<String> {
-    if scenario.file.mechanism.is_dlr()
-        || t.messages_lost == 0
-        || t.duplicates > 0
-        || t.out_of_order > 0
-        || t.retained > 0
-    {
+    if scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
         return None;
     }
     let lost = lost_by_pair(&out.hosts, unreachable);
@@ -739,18 +741,18 @@ fn switches_without_a_way_up(topo: &Topology, faults: &FaultSet) -> Vec<SwitchId
         .filter(|sw| !faults.switches.contains(&sw.id))
         .filter(|sw| {
             let Some(level) = sw.level else { return false };
-            let mut up_links = sw.ports.iter().flatten().filter(|&&l| {
-                let link = &topo.links[l as usize];
-                [link.a.node, link.b.node].iter().any(|n| {
-                    matches!(n, NodeRef::Switch(t) if topo.switches[*t as usize].level > Some(level))
+            let mut up_links = sw
+                .ports
+                .iter()
+                .flatten()
+                .filter(|&&l| {
+                    let link = &topo.links[l as usize];
+                    [link.a.node, link.b.node].iter().any(|n| {
+                        matches!(n, NodeRef::Switch(t) if topo.switches[*t as usize].level > Some(level))
+                    })
                 })
-            });
-            let mut any = false;
-            let all_dead = up_links.all(|&l| {
-                any = true;
-                !faults.link_alive(topo, l)
-            });
-            any && all_dead
+                .peekable();
+            up_links.peek().is_some() && up_links.all(|&l| !faults.link_alive(topo, l))
         })
         .map(|sw| sw.id)
         .collect()
@@ -770,12 +772,7 @@ fn lost_only_past_a_switch_without_a_way_up(
     unreachable: &BTreeSet<NodeRef>,
     t: &crate::report::Totals,
 ) -> Option<String> {
-    if !scenario.file.mechanism.is_dlr()
-        || t.messages_lost == 0
-        || t.duplicates > 0
-        || t.out_of_order > 0
-        || t.retained > 0
-    {
+    if !scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
         return None;
     }
     let topo = &scenario.topo;
