@@ -323,6 +323,64 @@ fn sbrp1_loses_nothing_when_a_router_is_killed_restarted_and_killed_again() {
     check_kill_restart_kill("sbrp1");
 }
 
+/// A router SIGKILLed and started again faster than keepalive detection
+/// (docs/sbrp.md, "A switch restarted faster than keepalive detection"):
+/// r05, on the e-cube paths of four of the flows, dies at 1 s and is back
+/// 100 ms later, with `--dead-after 1s`, so no neighbour ever sees its
+/// ports go down. What it held and what was sent into it meanwhile is
+/// gone without a cut any switch saw; every message must still arrive
+/// exactly once, and its host, back with it, is cut off from nobody.
+fn check_restart_within_detection(protocol: &str) {
+    let r = run_with(
+        protocol,
+        None,
+        &[
+            "--kill-switch",
+            "r05",
+            "--restart-after",
+            "100ms",
+            "--dead-after",
+            "1s",
+        ],
+    );
+    assert!(
+        r["unreachable_hosts"].as_array().unwrap().is_empty(),
+        "{protocol}: {r:#}"
+    );
+    assert_recovered_exactly_once(
+        &r,
+        protocol,
+        &[
+            "messages_lost",
+            "lost_unreachable",
+            "duplicates",
+            "out_of_order",
+            "corrupted",
+            "misdelivered_packets",
+            "retained",
+        ],
+    );
+    eprintln!(
+        "{protocol}, r05 restarted within detection: {} sent, {} recover requests ({} from switches, {} from receivers, {} gap requests), {} packets resent",
+        u(&r, "messages_sent"),
+        u(&r, "recover_requests"),
+        u(&r, "rrq_from_switches"),
+        u(&r, "rrq_from_receivers"),
+        u(&r, "gap_requests"),
+        u(&r, "resent_packets")
+    );
+}
+
+#[test]
+fn sbrp1_loses_nothing_when_a_router_restarts_faster_than_detection() {
+    check_restart_within_detection("sbrp1");
+}
+
+#[test]
+fn sbrp2_loses_nothing_when_a_router_restarts_faster_than_detection() {
+    check_restart_within_detection("sbrp2");
+}
+
 /// Seed 003's faithful mode deadlocks with two dead routers in one mesh
 /// column (docs/sbrp.md, "Deadlock"): 7×7 mesh, r10 and r38 (column 3)
 /// SIGKILLed at 0.8 s and 1.4 s, neighbours told at once, uniform 8-flit

@@ -34,6 +34,17 @@ enum EventKind {
     },
     /// `node` asked to be woken up (may be stale: checked when it fires).
     Wake { node: usize },
+    /// A stopped `node` ([`Fabric::stall`]) runs again (stale unless the
+    /// stall still ends at this event's time).
+    Resume { node: usize },
+}
+
+/// A datagram that reached a stopped node, kept for when it runs again
+/// (live: in its socket buffer or shared-memory ring).
+#[derive(Debug)]
+enum Stashed {
+    Encoded { port: PortNo, data: Bytes },
+    Decoded { port: PortNo, slot: u32 },
 }
 
 /// One queued event: ordered by (time, insertion number), which the
@@ -293,6 +304,12 @@ pub struct Fabric<S: InProcess> {
     /// Nodes running (a stopped node neither hears nor sends: a killed
     /// process, [`Fabric::set_running`]).
     running: Vec<bool>,
+    /// Nodes stopped with their state kept ([`Fabric::stall`]): until when,
+    /// and the datagrams that reached them meanwhile, in arrival order.
+    stalled_until: Vec<Option<u64>>,
+    inbox: Vec<Vec<Stashed>>,
+    /// Datagrams a stopped node took in when it ran again.
+    pub stashed: u64,
     /// Links whose cable is pulled: what is sent on them vanishes
     /// ([`Fabric::set_cable`]), as on a veth pair whose carrier is down.
     cut: Vec<bool>,
@@ -376,6 +393,9 @@ impl<S: InProcess> Fabric<S> {
             wire_log: None,
             wires,
             running: vec![true; n],
+            stalled_until: vec![None; n],
+            inbox: (0..n).map(|_| Vec::new()).collect(),
+            stashed: 0,
             cut: vec![false; links],
             lost_to_stopped: 0,
             lost_on_cut: 0,
@@ -400,6 +420,14 @@ impl<S: InProcess> Fabric<S> {
     pub fn set_running(&mut self, n: NodeRef, running: bool) {
         let i = self.index(n);
         self.running[i] = running;
+        // A stopped process killed: what waited in its buffers dies with it.
+        self.stalled_until[i] = None;
+        for stashed in std::mem::take(&mut self.inbox[i]) {
+            self.lost_to_stopped += 1;
+            if let Stashed::Decoded { slot, .. } = stashed {
+                self.free_slot(slot);
+            }
+        }
         if running {
             self.wake_at[i] = None;
             self.flush(i);
@@ -408,6 +436,33 @@ impl<S: InProcess> Fabric<S> {
 
     pub fn is_running(&self, n: NodeRef) -> bool {
         self.running[self.index(n)]
+    }
+
+    /// Stops node `n` with its state kept until `until` (live: SIGSTOP,
+    /// then SIGCONT; or a process starved of CPU): it sends nothing and its
+    /// timers do not fire; what reaches it waits, as in a socket buffer.
+    /// When it runs again it takes in everything that waited, at that
+    /// instant and in arrival order, then its timers, as the daemons'
+    /// event loop does after a long sleep. A later stall of a stopped node
+    /// extends it.
+    pub fn stall(&mut self, n: NodeRef, until: u64) {
+        let i = self.index(n);
+        if !self.running[i] || until <= self.now {
+            return;
+        }
+        let until = self.stalled_until[i].map_or(until, |u| u.max(until));
+        self.stalled_until[i] = Some(until);
+        self.sched.push(until, EventKind::Resume { node: i });
+    }
+
+    /// When node `n`, stopped by [`Fabric::stall`], runs again.
+    pub fn stalled_until(&self, n: NodeRef) -> Option<u64> {
+        self.stalled_until[self.index(n)]
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        self.decoded[slot as usize].clear();
+        self.free_decoded.push(slot);
     }
 
     /// Pulls link `l`'s cable (`connected` false: everything sent on it in
@@ -485,7 +540,7 @@ impl<S: InProcess> Fabric<S> {
 
     /// Sends everything node `i` has to send now, then arms its next wake-up.
     fn flush(&mut self, i: usize) {
-        if !self.running[i] {
+        if !self.running[i] || self.stalled_until[i].is_some() {
             return;
         }
         let corrupting = !self.corrupt_left.is_empty();
@@ -659,10 +714,18 @@ impl<S: InProcess> Fabric<S> {
                         self.lost_to_stopped += 1;
                         continue;
                     }
+                    if self.stalled_until[node].is_some() {
+                        self.inbox[node].push(Stashed::Encoded { port, data });
+                        continue;
+                    }
                     self.node(node).handle_datagram(now, port, data);
                     node
                 }
                 EventKind::ArriveDecoded { node, port, slot } => {
+                    if self.running[node] && self.stalled_until[node].is_some() {
+                        self.inbox[node].push(Stashed::Decoded { port, slot });
+                        continue;
+                    }
                     let running = self.running[node];
                     let mut d = std::mem::take(&mut self.decoded[slot as usize]);
                     if running {
@@ -683,7 +746,7 @@ impl<S: InProcess> Fabric<S> {
                     if self.wake_at[node] == Some(t) {
                         self.wake_at[node] = None;
                     }
-                    if !self.running[node] {
+                    if !self.running[node] || self.stalled_until[node].is_some() {
                         continue;
                     }
                     let deadline = if self.armed_in[node] == self.run {
@@ -702,11 +765,41 @@ impl<S: InProcess> Fabric<S> {
                     }
                     node
                 }
+                EventKind::Resume { node } => {
+                    if self.stalled_until[node] != Some(t) {
+                        continue;
+                    }
+                    self.stalled_until[node] = None;
+                    self.resume(node);
+                    node
+                }
             };
             self.flush(i);
             after(self, i);
         }
         self.now = self.now.max(until);
+    }
+
+    /// A stopped node runs again: what reached it meanwhile, then its
+    /// timers (the caller flushes it, which re-arms its wake-up).
+    fn resume(&mut self, i: usize) {
+        let now = self.now;
+        for stashed in std::mem::take(&mut self.inbox[i]) {
+            self.stashed += 1;
+            match stashed {
+                Stashed::Encoded { port, data } => self.node(i).handle_datagram(now, port, data),
+                Stashed::Decoded { port, slot } => {
+                    let mut d = std::mem::take(&mut self.decoded[slot as usize]);
+                    self.node(i).handle_decoded(now, port, &mut d);
+                    self.decoded[slot as usize] = d;
+                    self.free_slot(slot);
+                }
+            }
+        }
+        self.wake_at[i] = None;
+        if self.node(i).poll_timeout().is_some_and(|d| d <= now) {
+            self.node(i).handle_timeout(now);
+        }
     }
 
     /// The time of the next event, if any.
@@ -1032,6 +1125,7 @@ mod tests {
                         }
                         EventKind::ArriveDecoded { .. } => unreachable!("none queued"),
                         EventKind::Wake { node } => assert_eq!(node, step),
+                        EventKind::Resume { .. } => unreachable!("none queued"),
                     }
                     now = t;
                 }
@@ -1409,6 +1503,76 @@ mod tests {
     #[test]
     fn all_to_all_on_a_4_cube_is_exactly_once_and_in_order() {
         all_to_all(hypercube(4).unwrap(), 3, 1);
+    }
+
+    /// A switch stopped for less than keepalive detection (SIGSTOP, or a
+    /// process starved of CPU) loses nothing: what reached it waited, its
+    /// neighbours' credits held their flits back, no port went down, and
+    /// every flow is still delivered exactly once and in order.
+    #[test]
+    fn a_switch_stopped_for_less_than_detection_loses_nothing() {
+        let topo = kary_ntree(4, 2).unwrap();
+        let tables = shortest_path_lfts(&topo);
+        let mut host = host_template(TrafficPattern::AllToAll { rounds: 3 }, 1, 7);
+        host.source.load = OfferedLoad::FlitsPerSecond { rate: 2e6 };
+        let cfg = SimConfig {
+            host,
+            switching: Switching::Wormhole,
+            switch_timing: SwitchTiming::default(),
+            wire_ns: 1_000,
+        };
+        let mut f = build_fabric(topo, &tables, &cfg).unwrap();
+        f.start(0);
+        f.run_until(20_000);
+        // A top switch, on half the paths; dead_after is 5 ms.
+        let top = NodeRef::Switch(4);
+        f.stall(top, 3_020_000);
+        assert_eq!(f.stalled_until(top), Some(3_020_000));
+        f.run_until(3_000_000);
+        assert!(!f.inbox[f.index(top)].is_empty(), "nothing reached it");
+        assert!(f.run_to_quiescence(50_000, 200_000, 2_000_000_000));
+        assert_eq!(f.stalled_until(top), None);
+        assert!(f.stashed > 0);
+        assert_eq!(f.lost_to_stopped, 0);
+        for h in &f.hosts {
+            let r = h.report();
+            assert_eq!(r.sink.delivered_messages, 3 * 15, "host {}", r.host);
+            assert_eq!(r.sink.out_of_order_messages + r.sink.duplicate_messages, 0);
+        }
+        for s in &f.switches {
+            assert_eq!(s.counters().drops.total(), 0, "{:?}", s.counters().drops);
+        }
+    }
+
+    /// A stopped switch killed before it runs again loses what waited for
+    /// it, as a SIGKILL loses the socket buffer's contents, and a stale
+    /// resume does not wake the dead process.
+    #[test]
+    fn a_stopped_switch_killed_loses_what_waited_for_it() {
+        let topo = kary_ntree(4, 2).unwrap();
+        let tables = shortest_path_lfts(&topo);
+        let mut host = host_template(TrafficPattern::AllToAll { rounds: 3 }, 1, 7);
+        host.source.load = OfferedLoad::FlitsPerSecond { rate: 2e6 };
+        let cfg = SimConfig {
+            host,
+            switching: Switching::Wormhole,
+            switch_timing: SwitchTiming::default(),
+            wire_ns: 1_000,
+        };
+        let mut f = build_fabric(topo, &tables, &cfg).unwrap();
+        f.start(0);
+        f.run_until(20_000);
+        let top = NodeRef::Switch(4);
+        f.stall(top, 1_000_000);
+        f.run_until(500_000);
+        let waiting = f.inbox[f.index(top)].len() as u64;
+        assert!(waiting > 0);
+        f.set_running(top, false);
+        assert_eq!(f.lost_to_stopped, waiting);
+        assert_eq!(f.stalled_until(top), None);
+        f.run_until(2_000_000);
+        assert!(!f.is_running(top));
+        assert_eq!(f.stashed, 0);
     }
 
     /// The switches' port index (only ports with work are visited) gives

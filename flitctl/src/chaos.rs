@@ -311,6 +311,11 @@ impl Chaos<'_> {
                 self.killed_capacity += 2 * topo.radix(node) as u64 * self.buffered_per_port;
                 self.ctl.fabric.kill(node).with_context(what)?
             }
+            (ActionKind::StopSwitch, Target::Switch(s)) => self
+                .ctl
+                .fabric
+                .stop_for(NodeRef::Switch(s), action.lasts)
+                .with_context(what)?,
             // A rebooted switch has no table: it gets the current ones.
             (ActionKind::RestartSwitch, Target::Switch(s)) => self
                 .ctl
@@ -376,6 +381,8 @@ pub(crate) fn timings(
                     let scheduled = traffic_start_ns.saturating_add(a.action.at.as_nanos() as u64);
                     Some(ms(scheduled, t0)).filter(|&l| l >= crate::report::LATE_ACTION_MS)
                 },
+                stopped_ms: (a.action.kind == ActionKind::StopSwitch)
+                    .then(|| a.action.lasts.as_secs_f64() * 1e3),
                 ..ActionTiming::default()
             };
             if a.action.kind == ActionKind::Corrupt {
@@ -1114,6 +1121,9 @@ impl fmt::Display for ChaosReport {
             if let Some(late) = a.late_ms {
                 write!(f, " applied {late:.1} ms late (behind a re-route);")?;
             }
+            if let Some(stopped) = a.stopped_ms {
+                write!(f, " stopped for {stopped:.1} ms;")?;
+            }
             if a.action == "corrupt" {
                 let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
                 writeln!(
@@ -1175,10 +1185,11 @@ impl fmt::Display for ChaosReport {
             let t = &self.run.totals;
             writeln!(
                 f,
-                "  sbrp        {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered, {} duplicate flits dropped, {} still held",
+                "  sbrp        {} recover requests ({} from switches, {} from receivers, {} gap requests), {} packets / {} flits resent, {} messages recovered, {} duplicate flits dropped, {} still held",
                 t.recover_requests,
                 t.rrq_from_switches,
                 t.rrq_from_receivers,
+                t.gap_requests,
                 t.resent_packets,
                 t.resent_flits,
                 t.recovered_messages,

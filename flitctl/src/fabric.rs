@@ -1045,6 +1045,56 @@ impl Fabric {
         Ok(())
     }
 
+    /// Stops a daemon's process for `lasts` of emulated time with its state
+    /// kept (SIGSTOP), then lets it run again (SIGCONT). The SIGCONT comes
+    /// from a timer thread of its own: the controller's loop may be waiting
+    /// for this very daemon (a table install to every switch), and the
+    /// stop must last what was asked either way. Requests to the daemon are
+    /// answered once it runs again.
+    pub fn stop_for(&mut self, node: NodeRef, lasts: Duration) -> Result<()> {
+        let d = &self.daemons[self.daemon_of(node)];
+        if d.dead {
+            bail!("{} is not running", d.name);
+        }
+        let Some(child) = d.child.as_ref() else {
+            bail!(
+                "{}: stop-switch signals a daemon this controller started; an attached \
+                 fabric's daemons are not its processes",
+                d.name
+            );
+        };
+        let wall = flitnet_runtime::clock::wall(lasts);
+        if wall >= REPORT_TIMEOUT {
+            bail!(
+                "{}: a stop of {lasts:?} lasts {wall:?} of wall time at this dilation; the controller \
+                 takes a daemon silent for {} s as stalled for good: stop it for less",
+                d.name,
+                REPORT_TIMEOUT.as_secs()
+            );
+        }
+        let pid = child.id() as libc::pid_t;
+        let process = d.process.clone();
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("SIGSTOP to {}", d.name));
+        }
+        let name = d.name.clone();
+        std::thread::Builder::new()
+            .name(format!("sigcont-{name}"))
+            .spawn(move || {
+                std::thread::sleep(wall);
+                // Only to the process stopped: a daemon killed and started
+                // again meanwhile is another process (and runs).
+                if process.as_ref().is_none_or(|p| p.check().is_ok()) {
+                    // SAFETY: kill(2) on the PID checked to be the daemon stopped.
+                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                }
+            })
+            .with_context(|| format!("starting the timer that lets {name} run again"))?;
+        Ok(())
+    }
+
     /// Starts a daemon killed by [`Fabric::kill`] again, with the same
     /// configuration (a rebooted switch: same addresses, empty buffers, no
     /// forwarding table, and a new link epoch, so its neighbours notice the
@@ -1190,6 +1240,13 @@ impl Fabric {
     /// [`Fabric::shutdown`] through a reference: every daemon is asked to
     /// exit, then killed if it does not; the handle stays (all dead).
     pub fn stop(&mut self) -> Result<()> {
+        // A daemon still stopped by a stop-switch runs again to exit.
+        for d in &self.daemons {
+            if let Some(child) = d.child.as_ref() {
+                // SAFETY: kill(2) on our own child, which has not been reaped.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+            }
+        }
         // A stalled daemon is not waited for: reap kills it.
         let skipped: Vec<usize> = stalled().keys().copied().collect();
         let _ = self.ask_each(

@@ -244,6 +244,14 @@ pub struct Totals {
     pub rrq_from_switches: u64,
     #[serde(default)]
     pub rrq_from_receivers: u64,
+    /// Receivers' gap requests (docs/sbrp.md, "Receiver gap recovery"): a
+    /// flow's in-order delivery waited for a message nothing reported cut,
+    /// and its receiver asked the sender for it; and how many of them
+    /// found the message released (the sender's hold window over).
+    #[serde(default)]
+    pub gap_requests: u64,
+    #[serde(default)]
+    pub gap_requests_unanswered: u64,
     /// Recover requests the switches parked (their route dead: they wait
     /// for new tables or the port's return; in faithful mode nothing ever
     /// releases them, so each is a message lost unless the receiver asks)
@@ -296,6 +304,8 @@ impl Totals {
             t.resent_flits += e.sbrp.resent_flits;
             t.recover_requests += e.sbrp.rrq_received;
             t.rrq_from_receivers += e.sbrp.rrq_sent;
+            t.gap_requests += e.sbrp.gap_rrq_sent;
+            t.gap_requests_unanswered += e.sbrp.gap_rrq_unanswered;
             t.resent_packets += e.sbrp.resent_packets;
             t.rrq_unrecoverable += e.sbrp.unrecoverable_rrq;
             t.duplicate_flits += e.sink.duplicate_flits;
@@ -614,6 +624,13 @@ impl fmt::Display for RunReport {
                 "  recovery    {} recover requests ({} from switches, {} from receivers), {} packets / {} flits resent, {} messages recovered (mean latency {:.1} us), {} still held by senders (not lost)",
                 t.recover_requests, t.rrq_from_switches, t.rrq_from_receivers, t.resent_packets, t.resent_flits, t.recovered_messages, t.recovered_latency_mean_us, t.retained
             )?;
+            if t.gap_requests > 0 {
+                writeln!(
+                    f,
+                    "              {} gap requests from receivers (a message nothing reported cut), {} for a message already released",
+                    t.gap_requests, t.gap_requests_unanswered
+                )?;
+            }
             if t.rrq_parked + t.rrq_overflow > 0 {
                 writeln!(
                     f,
@@ -741,6 +758,10 @@ pub struct ActionTiming {
     /// and installed waits for it (`at_s` is when it took effect).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_ms: Option<f64>,
+    /// Stop-switch: how long the switch's process was stopped, ms (it is
+    /// detected only if that is longer than `dead-after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_ms: Option<f64>,
 }
 
 /// The lateness from which an action's report states it (`late_ms`):
@@ -789,7 +810,7 @@ mod tests {
     /// totals and the printed recovery line (a parked RRQ in faithful mode
     /// is a message nobody will resend).
     #[test]
-    fn parked_recover_requests_are_totalled_and_printed() {
+    fn parked_and_gap_recover_requests_are_totalled_and_printed() {
         let cube = hypercube(2).unwrap();
         let spec = TrafficSpec {
             pattern: "uniform".into(),
@@ -814,6 +835,8 @@ mod tests {
         };
         let mut host = resender();
         host.endpoint.sbrp.unrecoverable_rrq = 5;
+        host.endpoint.sbrp.gap_rrq_sent = 7;
+        host.endpoint.sbrp.gap_rrq_unanswered = 2;
         let r = RunReport::build(
             &cube,
             "auto",
@@ -835,7 +858,15 @@ mod tests {
             (6, 3, 4)
         );
         assert_eq!(r.totals.rrq_unrecoverable, 5);
+        assert_eq!(
+            (r.totals.gap_requests, r.totals.gap_requests_unanswered),
+            (7, 2)
+        );
         let text = r.to_string();
+        assert!(
+            text.contains("7 gap requests from receivers (a message nothing reported cut), 2 for a message already released"),
+            "{text}"
+        );
         assert!(
             text.contains("3 recover requests parked by switches (route dead), 4 dropped"),
             "{text}"
@@ -854,6 +885,7 @@ mod tests {
             Duration::from_millis(1),
         );
         assert!(!quiet.to_string().contains("parked"), "{quiet}");
+        assert!(!quiet.to_string().contains("gap requests"), "{quiet}");
     }
 
     #[test]

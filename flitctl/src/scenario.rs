@@ -160,6 +160,10 @@ pub enum ActionKind {
     RestoreSwitch,
     SigkillSwitch,
     RestartSwitch,
+    /// The switch's process stopped for `duration` with its state kept,
+    /// then let run again (live: SIGSTOP, then SIGCONT; what a process
+    /// starved of CPU does to its neighbours).
+    StopSwitch,
     Corrupt,
     /// Every ordered pair of hosts pings once (`fabric.tun` only).
     Pingall,
@@ -176,6 +180,7 @@ impl ActionKind {
             ActionKind::RestoreSwitch => "restore-switch",
             ActionKind::SigkillSwitch => "sigkill-switch",
             ActionKind::RestartSwitch => "restart-switch",
+            ActionKind::StopSwitch => "stop-switch",
             ActionKind::Corrupt => "corrupt",
             ActionKind::Pingall => "pingall",
             ActionKind::Iperf3 => "iperf3",
@@ -230,7 +235,8 @@ pub struct TimelineEntry {
     /// iperf3: the host receiving (`iperf3 -s`).
     #[serde(default)]
     pub server: Option<String>,
-    /// iperf3: how long the client sends, whole seconds (`-t`).
+    /// iperf3: how long the client sends, whole seconds (`-t`);
+    /// stop-switch: how long the switch stays stopped.
     #[serde(default)]
     pub duration: Option<Time>,
     /// iperf3: the reporting interval (`-i`), 100 ms at least.
@@ -626,6 +632,8 @@ pub struct Action {
     /// The target as written (or generated), for reports.
     pub label: String,
     pub count: u32,
+    /// How long a stop-switch keeps the switch stopped (zero otherwise).
+    pub lasts: Duration,
     /// Where it came from: `timeline[2] (line 14)` or `random`.
     pub origin: String,
 }
@@ -895,7 +903,17 @@ impl Scenario {
                 });
                 continue;
             }
-            if let Some(key) = iperf3_key(e) {
+            let lasts = match (e.action, e.duration) {
+                (ActionKind::StopSwitch, Some(d)) if !d.0.is_zero() => d.0,
+                (ActionKind::StopSwitch, _) => bail!(
+                    "{}: {what}: stop-switch needs a positive duration (how long the switch stays stopped)",
+                    at_entry(i)
+                ),
+                _ => Duration::ZERO,
+            };
+            if let Some(key) =
+                iperf3_key(e).filter(|&k| !(k == "duration" && e.action == ActionKind::StopSwitch))
+            {
                 bail!("{}: {what}: `{key}` is only for iperf3", at_entry(i));
             }
             let Some(label) = &e.target else {
@@ -925,6 +943,7 @@ impl Scenario {
                 target,
                 label: label.clone(),
                 count,
+                lasts,
                 origin,
             });
         }
@@ -1082,6 +1101,12 @@ fn check_states(actions: &[Action]) -> Result<()> {
         };
         match a.kind {
             ActionKind::Corrupt => {}
+            // A stop ends by itself; it needs a running process.
+            ActionKind::StopSwitch => {
+                if broken.iter().any(|(t, _)| *t == element) {
+                    bail!("{}: {name}: it is already broken at that time", a.origin);
+                }
+            }
             k if k.is_repair() => {
                 let fault = [
                     ActionKind::KillLink,
@@ -1142,6 +1167,12 @@ fn random_actions(
             "{}: random.kinds: `{}` is a repair, not a fault (use repair_after)",
             path.display(),
             k.name()
+        );
+    }
+    if r.kinds.contains(&ActionKind::StopSwitch) && r.repair_after.is_none_or(|d| d.0.is_zero()) {
+        bail!(
+            "{}: random.kinds: stop-switch needs repair_after (how long each stop lasts)",
+            path.display()
         );
     }
     let links: Vec<LinkId> = (0..topo.links.len() as LinkId)
@@ -1205,12 +1236,21 @@ fn random_actions(
         } else {
             0
         };
+        // A random stop lasts repair_after (checked above).
+        let lasts = match (kind, r.repair_after) {
+            (ActionKind::StopSwitch, Some(d)) => d.0,
+            _ => Duration::ZERO,
+        };
+        if kind == ActionKind::StopSwitch {
+            busy.push((target, at + lasts));
+        }
         out.push(Action {
             at,
             kind,
             target,
             label: label.clone(),
             count,
+            lasts,
             origin: "random".into(),
         });
         match (kind.repair(), repair_at) {
@@ -1222,6 +1262,7 @@ fn random_actions(
                     target,
                     label,
                     count: 0,
+                    lasts: Duration::ZERO,
                     origin: "random".into(),
                 });
             }

@@ -70,6 +70,9 @@ pub enum Op {
         switch: SwitchId,
         tables: RestartTables,
     },
+    /// The switch's process stops for `for_ns` with its state kept, then
+    /// runs again (live: SIGSTOP, and SIGCONT from a timer of its own).
+    Stall { switch: SwitchId, for_ns: u64 },
     /// The next `count` datagrams sent from `end` are damaged.
     Corrupt { end: PortRef, count: u32 },
     /// `end` stops (resumes) returning credits.
@@ -609,7 +612,16 @@ impl<'p> Sim<'p> {
             }
         };
         self.find_lost_switches();
-        self.install(&tables);
+        // The live controller installs on every switch but those the
+        // faults cut off (`Controller::cut_off_switches`): a stopped switch
+        // cut off does not hold the install up.
+        let cut_off: Vec<SwitchId> = (0..topo.num_switches() as SwitchId)
+            .filter(|&s| {
+                let links = crate::controller::links_of(topo, NodeRef::Switch(s));
+                !links.is_empty() && links.iter().all(|l| reroute.faulty.contains(l))
+            })
+            .collect();
+        self.install(&tables, &cut_off);
         if quiesce.is_some() {
             self.set_injection_paused(false);
         }
@@ -635,6 +647,11 @@ impl<'p> Sim<'p> {
         self.tables = tables;
         self.decider.routed(reroute);
         self.reroutes += 1;
+        // Then it asks whether those are dead, which a stopped one answers
+        // once it runs again.
+        for s in cut_off {
+            self.await_stalled(Some(NodeRef::Switch(s)));
+        }
     }
 
     /// Runs the fabric (no controller decisions) to `until`, events drained.
@@ -682,6 +699,7 @@ impl<'p> Sim<'p> {
         let (mut zeros, mut lowest, mut fell_at) = (0, u64::MAX, started);
         let stall = QUIESCE_STALL.as_nanos() as u64;
         let left = loop {
+            self.await_stalled(None);
             let left = self.in_flight();
             zeros = if left == 0 { zeros + 1 } else { 0 };
             if zeros >= 2 {
@@ -721,11 +739,39 @@ impl<'p> Sim<'p> {
         }
     }
 
-    /// Installs `tables` on every running switch and lets them act on it.
-    fn install(&mut self, tables: &RoutingTables) {
+    /// Waits, running the fabric, until `node` (every switch: `None`) is no
+    /// longer stopped by a stall: the live controller's request to a
+    /// SIGSTOPped daemon is answered once it runs again.
+    fn await_stalled(&mut self, node: Option<NodeRef>) {
+        let until = match node {
+            Some(n) => self.fabric.stalled_until(n),
+            None => (0..self.fabric.switches.len() as SwitchId)
+                .filter_map(|s| self.fabric.stalled_until(NodeRef::Switch(s)))
+                .max(),
+        };
+        if let Some(t) = until.filter(|&t| t > self.now()) {
+            self.run_fabric_only(t);
+        }
+    }
+
+    /// Installs `tables` on every running switch and lets them act on it;
+    /// a switch in `cut_off` that is stopped keeps its table (live: the
+    /// controller does not ask it), and the install waits for any other
+    /// stopped one.
+    fn install(&mut self, tables: &RoutingTables, cut_off: &[SwitchId]) {
+        let waits_for = (0..self.fabric.switches.len() as SwitchId)
+            .filter(|s| !cut_off.contains(s))
+            .filter_map(|s| self.fabric.stalled_until(NodeRef::Switch(s)))
+            .max();
+        if let Some(t) = waits_for.filter(|&t| t > self.now()) {
+            self.run_fabric_only(t);
+        }
         let h = self.fabric.hosts.len();
         for s in 0..self.fabric.switches.len() {
-            if !self.fabric.is_running(NodeRef::Switch(s as u32)) {
+            let node = NodeRef::Switch(s as u32);
+            if !self.fabric.is_running(node)
+                || (cut_off.contains(&(s as SwitchId)) && self.fabric.stalled_until(node).is_some())
+            {
                 continue;
             }
             self.fabric.switches[s]
@@ -778,6 +824,20 @@ impl<'p> Sim<'p> {
 
     /// Applies one operation now.
     fn apply(&mut self, op: &Op) -> Result<()> {
+        // A request to a stopped daemon is answered when it runs again.
+        match *op {
+            Op::SetLink { link, .. } => {
+                let l = &self.plan.topo.links[link as usize];
+                for end in [l.a, l.b] {
+                    self.await_stalled(Some(end.node));
+                }
+            }
+            Op::SetPort { end, .. } | Op::Corrupt { end, .. } | Op::WithholdCredits { end, .. } => {
+                self.await_stalled(Some(end.node))
+            }
+            Op::SetAllPorts { switch, .. } => self.await_stalled(Some(NodeRef::Switch(switch))),
+            _ => {}
+        }
         let topo = &self.plan.topo;
         let name = |n: NodeRef| topo.node_name(n).to_string();
         match *op {
@@ -840,6 +900,14 @@ impl<'p> Sim<'p> {
                 self.lost_switches.remove(&switch);
                 self.fabric.set_running(node, true);
                 self.observe(i);
+            }
+            Op::Stall { switch, for_ns } => {
+                let node = NodeRef::Switch(switch);
+                if !self.fabric.is_running(node) {
+                    bail!("{} is not running", name(node));
+                }
+                let until = self.now().saturating_add(for_ns);
+                self.fabric.stall(node, until);
             }
             Op::Corrupt { end, count } => {
                 if !self.fabric.is_running(end.node) {

@@ -48,7 +48,7 @@ pub struct SimArgs {
              time, the same report as up or chaos; the same seed gives the same event log (--events).",
     after_help = "Also:\n  flitctl sim swarm [--runs N] [--seed S] [--jobs J]   random fault schedules checked \
                   against each mechanism's promise (flitctl sim swarm --help)\n  flitctl sim --replay SEED [--events FILE]            \
-                  one swarm run again, from its seed"
+                  one swarm run again, from its seed (--stops if the swarm had it)"
 )]
 pub struct SimRun {
     /// Write the event log here, one JSON record per line (the records of
@@ -102,17 +102,19 @@ pub fn run(args: SimArgs) -> Result<()> {
                 ),
             };
             let seed = seed.parse::<u64>().context("--replay SEED: a number")?;
-            let events = match rest {
+            let stops = rest.iter().any(|w| w == "--stops");
+            let rest: Vec<&String> = rest.iter().filter(|w| *w != "--stops").collect();
+            let events = match rest.as_slice() {
                 [] => None,
-                [flag, file] if flag == "--events" => Some(PathBuf::from(file)),
+                [flag, file] if *flag == "--events" => Some(PathBuf::from(file)),
                 [flag] if flag.starts_with("--events=") => {
                     Some(PathBuf::from(&flag["--events=".len()..]))
                 }
                 _ => {
-                    bail!("--replay SEED takes only --events FILE (the seed says everything else)")
+                    bail!("--replay SEED takes only --stops (as the swarm drew it) and --events FILE (the seed says everything else)")
                 }
             };
-            return swarm::replay(seed, events.as_deref());
+            return swarm::replay(seed, stops, events.as_deref());
         }
         _ => {}
     }
@@ -231,6 +233,10 @@ fn step_of(topo: &Topology, a: &Action) -> Step {
             up: true,
         }],
         (ActionKind::SigkillSwitch, Target::Switch(s)) => vec![Op::Stop { switch: s }],
+        (ActionKind::StopSwitch, Target::Switch(s)) => vec![Op::Stall {
+            switch: s,
+            for_ns: a.lasts.as_nanos() as u64,
+        }],
         (ActionKind::RestartSwitch, Target::Switch(s)) => vec![Op::Restart {
             switch: s,
             tables: RestartTables::Current,

@@ -62,6 +62,12 @@ pub struct SwarmArgs {
     /// Write every failing case (topology and scenario files, shrunk) here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Also stop switch processes with their state kept (stop-switch:
+    /// SIGSTOP live), for less and for more than keepalive detection. A
+    /// run seed draws the same case with and without; replay with
+    /// `flitctl sim --replay SEED --stops`.
+    #[arg(long)]
+    pub stops: bool,
 }
 
 /// A topology the swarm draws, as its generator spells it.
@@ -164,7 +170,23 @@ pub struct Case {
     pub file: ScenarioFile,
     /// (at, action, target as written, count).
     pub timeline: Vec<(Duration, ActionKind, String, u32)>,
+    /// Switches stopped with their state kept (`--stops` only).
+    pub stops: Vec<Stop>,
+    /// Drawn with `--stops` (its replay needs it too).
+    pub with_stops: bool,
 }
+
+/// A switch process stopped at `at` for `lasts` ([`ActionKind::StopSwitch`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stop {
+    pub at: Duration,
+    pub switch: String,
+    pub lasts: Duration,
+}
+
+/// Salt of the stops' own random stream: the rest of a case is drawn as
+/// without `--stops`, so a seed's other faults stay the same.
+const STOP_DRAW_SALT: u64 = 0x5709_c0de_5709_c0de;
 
 /// The scenario's timing: a fault is noticed within `dead_after` (plus a
 /// keepalive), the controller settles within a few ms.
@@ -176,6 +198,43 @@ const TIMING: ControllerTiming = ControllerTiming {
     },
     install_ns: 1_000_000,
 };
+
+/// One or two switches stopped with their state kept, each for less or
+/// for more than keepalive detection, drawn from a stream of their own.
+/// A switch the timeline kills or restarts is not stopped (its process
+/// may not be running then). On a RUFT a stop is shorter than detection:
+/// a longer one cuts its one-path flows while it lasts.
+fn draw_stops(
+    seed: u64,
+    topo: &Topology,
+    timeline: &[(Duration, ActionKind, String, u32)],
+    end: Duration,
+    ruft: bool,
+) -> Vec<Stop> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ STOP_DRAW_SALT);
+    let free: Vec<String> = (0..topo.num_switches() as SwitchId)
+        .map(|s| topo.node_name(NodeRef::Switch(s)).to_string())
+        .filter(|name| !timeline.iter().any(|(_, _, target, _)| target == name))
+        .collect();
+    let first = Duration::from_millis(2);
+    if free.is_empty() || end <= first {
+        return Vec::new();
+    }
+    let dead = DEAD_AFTER;
+    let lengths = [dead / 3, dead * 2 / 3, dead * 3 / 2, dead * 3];
+    let mut stops: Vec<Stop> = Vec::new();
+    for _ in 0..rng.gen_range(1..=2) {
+        let switch = free[rng.gen_range(0..free.len())].clone();
+        let at = first + (end - first).mul_f64(rng.gen::<f64>());
+        let lasts = lengths[rng.gen_range(0..if ruft { 2 } else { 4 })];
+        if stops.iter().any(|s| s.switch == switch) {
+            continue;
+        }
+        stops.push(Stop { at, switch, lasts });
+    }
+    stops.sort_by_key(|s| s.at);
+    stops
+}
 
 fn switch_links(topo: &Topology) -> Vec<LinkId> {
     (0..topo.links.len() as LinkId)
@@ -195,6 +254,11 @@ fn end_name(topo: &Topology, l: LinkId, b: bool) -> String {
 impl Case {
     /// The case of `seed`.
     pub fn draw(seed: u64) -> Result<Case> {
+        Case::draw_with(seed, false)
+    }
+
+    /// The case of `seed`, with switches stopped (`stops`) or not.
+    pub fn draw_with(seed: u64, stops: bool) -> Result<Case> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         // Redraw fabrics without a link between switches (nothing to break).
         let (spec, topo) = loop {
@@ -401,6 +465,11 @@ impl Case {
             };
         }
         timeline.sort_by_key(|e| e.0);
+        let stop_list = if stops && switch_faults_ok {
+            draw_stops(seed, &topo, &timeline, end, ruft)
+        } else {
+            Vec::new()
+        };
         if !mechanism.is_dlr() {
             recovery = RecoveryProtocol::None;
         }
@@ -420,7 +489,15 @@ impl Case {
             topo: spec,
             file,
             timeline,
+            stops: stop_list,
+            with_stops: stops,
         })
+    }
+
+    /// `flitctl sim --replay` of this case.
+    pub fn replay_command(&self) -> String {
+        let stops = if self.with_stops { " --stops" } else { "" };
+        format!("flitctl sim --replay {}{stops}", self.seed)
     }
 
     /// The case as a checked scenario (what `flitctl sim` would run from
@@ -455,9 +532,26 @@ impl Case {
                 target: target_ref,
                 label: target.clone(),
                 count: *count,
+                lasts: Duration::ZERO,
                 origin: format!("timeline[{i}]"),
             });
         }
+        for (i, stop) in self.stops.iter().enumerate() {
+            let Some(NodeRef::Switch(s)) = topo.find_node(&stop.switch) else {
+                anyhow::bail!("no switch {}", stop.switch);
+            };
+            actions.push(Action {
+                at: stop.at,
+                kind: ActionKind::StopSwitch,
+                target: Target::Switch(s),
+                label: stop.switch.clone(),
+                count: 0,
+                lasts: stop.lasts,
+                origin: format!("stops[{i}]"),
+            });
+        }
+        // In time order; the stable sort keeps the timeline's order at an instant.
+        actions.sort_by_key(|a| a.at);
         Ok(Scenario {
             path: PathBuf::from(format!("swarm-{}.yaml", self.seed)),
             file: self.file.clone(),
@@ -474,8 +568,9 @@ impl Case {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "# flitctl sim swarm case {} (flitctl sim --replay {})",
-            self.seed, self.seed
+            "# flitctl sim swarm case {} ({})",
+            self.seed,
+            self.replay_command()
         );
         let _ = writeln!(s, "topology: topology.yaml");
         let _ = writeln!(s, "mechanism: {}", f.mechanism.name());
@@ -504,21 +599,41 @@ impl Case {
             b.max_packet_flits,
             b.link_retrain.0.as_millis()
         );
-        if !self.timeline.is_empty() {
+        let mut entries: Vec<(Duration, String)> = self
+            .timeline
+            .iter()
+            .map(|(at, kind, target, count)| {
+                let count = if *kind == ActionKind::Corrupt {
+                    format!(", count: {count}")
+                } else {
+                    String::new()
+                };
+                let line = format!(
+                    "  - {{at: {}us, action: {}, target: \"{}\"{count}}}",
+                    at.as_micros(),
+                    kind.name(),
+                    target
+                );
+                (*at, line)
+            })
+            .collect();
+        for stop in &self.stops {
+            let line = format!(
+                "  - {{at: {}us, action: {}, target: \"{}\", duration: {}us}}",
+                stop.at.as_micros(),
+                ActionKind::StopSwitch.name(),
+                stop.switch,
+                stop.lasts.as_micros()
+            );
+            entries.push((stop.at, line));
+        }
+        // The timeline file must be in time order.
+        entries.sort_by_key(|e| e.0);
+        if !entries.is_empty() {
             let _ = writeln!(s, "timeline:");
         }
-        for (at, kind, target, count) in &self.timeline {
-            let _ = write!(
-                s,
-                "  - {{at: {}us, action: {}, target: \"{}\"",
-                at.as_micros(),
-                kind.name(),
-                target
-            );
-            if *kind == ActionKind::Corrupt {
-                let _ = write!(s, ", count: {count}");
-            }
-            let _ = writeln!(s, "}}");
+        for (_, line) in entries {
+            let _ = writeln!(s, "{line}");
         }
         s
     }
@@ -550,6 +665,9 @@ pub struct Verdict {
 /// could not send everything), `accounting` (no SBRP, a loss no counter
 /// names, or a duplicate).
 fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str {
+    if !case.stops.is_empty() {
+        return "stopped-switch";
+    }
     let mut faults: Vec<_> = case
         .timeline
         .iter()
@@ -872,7 +990,7 @@ pub fn check_logged(
         "{} {} {} actions: {} sent, {} delivered, {} lost ({} to cut-off hosts), {} re-routes, {} resent",
         topo_label(&case.topo),
         scenario.file.mechanism_name(),
-        case.timeline.len(),
+        scenario.actions.len(),
         t.messages_sent,
         t.messages_delivered,
         t.messages_lost,
@@ -967,10 +1085,26 @@ pub fn shrink(case: &Case) -> Case {
             i += 1;
         }
     }
+    let mut i = 0;
+    while i < best.stops.len() {
+        let mut c = best.clone();
+        c.stops.remove(i);
+        if fails(&c) {
+            best = c;
+        } else {
+            i += 1;
+        }
+    }
     // Shorter traffic, as long as every fault stays within it.
     loop {
         let mut c = best.clone();
-        let last = c.timeline.iter().map(|e| e.0).max().unwrap_or_default();
+        let last = c
+            .timeline
+            .iter()
+            .map(|e| e.0)
+            .chain(c.stops.iter().map(|s| s.at))
+            .max()
+            .unwrap_or_default();
         let d = c.file.traffic.duration.0 * 3 / 4;
         if d <= last + Duration::from_millis(2) || d < Duration::from_millis(5) {
             break;
@@ -1016,19 +1150,19 @@ fn describe_failure(
     if !shrink_it {
         let _ = writeln!(
             s,
-            "  replay with: flitctl sim --replay {} (not shrunk: {SHRINK_AT_MOST} were)",
-            v.seed
+            "  replay with: {} (not shrunk: {SHRINK_AT_MOST} were)",
+            case.replay_command()
         );
         return Ok(s);
     }
     let small = shrink(case);
     let _ = writeln!(
         s,
-        "  shrunk to {} of {} timeline entries, {} ms of traffic; replay with: flitctl sim --replay {}",
-        small.timeline.len(),
-        case.timeline.len(),
+        "  shrunk to {} of {} timeline entries, {} ms of traffic; replay with: {}",
+        small.timeline.len() + small.stops.len(),
+        case.timeline.len() + case.stops.len(),
         small.file.traffic.duration.0.as_millis(),
-        v.seed
+        case.replay_command()
     );
     let _ = writeln!(s, "  --- topology.yaml\n{}", indent(&small.topo.yaml()));
     let _ = writeln!(s, "  --- swarm-{}.yaml\n{}", v.seed, indent(&small.yaml()));
@@ -1067,7 +1201,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                     return None;
                 }
                 let seed = run_seed(args.seed, i);
-                let r = Case::draw(seed).and_then(|c| {
+                let r = Case::draw_with(seed, args.stops).and_then(|c| {
                     let (v, _) = check(&c)?;
                     Ok((c, v))
                 });
@@ -1146,9 +1280,9 @@ pub fn run(args: SwarmArgs) -> Result<()> {
     Ok(())
 }
 
-/// `flitctl sim --replay SEED [--events FILE]`.
-pub fn replay(seed: u64, events: Option<&std::path::Path>) -> Result<()> {
-    let case = Case::draw(seed)?;
+/// `flitctl sim --replay SEED [--stops] [--events FILE]`.
+pub fn replay(seed: u64, stops: bool, events: Option<&std::path::Path>) -> Result<()> {
+    let case = Case::draw_with(seed, stops)?;
     println!("--- topology.yaml\n{}", case.topo.yaml());
     println!("--- swarm-{seed}.yaml\n{}", case.yaml());
     let (v, report) = check_logged(&case, events)?;
