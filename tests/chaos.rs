@@ -234,6 +234,46 @@ fn a_sigkilled_switchd_is_detected_by_its_neighbours_keepalive_and_restarts() {
     );
 }
 
+/// The shipped stop-switch scenario, live: `switchd` processes stopped
+/// with SIGSTOP and let go with SIGCONT while traffic flows under SBRP-1.
+/// s1-0, stopped for less than keepalive detection, is noticed by no
+/// neighbour; s1-1, stopped for longer, is taken for dead: its neighbours
+/// report the packets cut toward it and the controller re-routes around it
+/// without waiting for its answer. Every message is delivered exactly
+/// once, and both processes run to the end.
+#[test]
+fn switches_stopped_with_sigstop_lose_nothing_under_sbrp1() {
+    let file = topology("scenarios/kary-4-2-stop-switch.yaml");
+    let report = chaos("stop-switch", &file);
+    check_recovered(report.clone(), "sbrp1");
+    let actions = report["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{report:#}");
+    let (short, long) = (&actions[0], &actions[1]);
+    assert_eq!(short["element"], "s1-0");
+    assert_eq!(f(&short["stopped_ms"]), 100.0);
+    assert!(short["detection_ms"].is_null(), "{short:#}");
+    assert_eq!(long["element"], "s1-1");
+    assert_eq!(long["detection_reason"], "keepalive timeout", "{long:#}");
+    let detection = f(&long["detection_ms"]);
+    assert!(detection >= 300.0 - 60.0, "detected after {detection} ms");
+    // Installed before s1-1 ran again (700 ms): the controller did not
+    // wait for the switch the faults cut off.
+    let installed = f(&long["routes_installed_ms"]);
+    assert!(
+        installed < 700.0,
+        "installed after {installed} ms: {long:#}"
+    );
+    assert_eq!(
+        report["run"]["unanswered"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
+    eprintln!(
+        "SIGSTOP s1-1 700 ms: detected {detection:.1} ms, routes installed {installed:.1} ms; {} recover requests",
+        report["run"]["totals"]["recover_requests"]
+    );
+}
+
 #[test]
 fn restoring_a_switch_brings_traffic_back_without_further_loss() {
     let file = scenario(

@@ -381,6 +381,45 @@ fn sbrp2_loses_nothing_when_a_router_restarts_faster_than_detection() {
     check_restart_within_detection("sbrp2");
 }
 
+/// `up --stop-switch`: r05, on four flows' e-cube paths, is SIGSTOPped at
+/// 1 s for 200 ms, less than keepalive detection (`--dead-after 1s`), and
+/// let go with SIGCONT. Its neighbours' credits hold their flits back
+/// meanwhile and nothing reaching it is lost: no port goes down, nothing
+/// is cut, nothing needs recovering, every message arrives exactly once.
+#[test]
+fn a_router_stopped_for_less_than_detection_is_noticed_by_nobody_and_loses_nothing() {
+    let r = run_with(
+        "sbrp1",
+        None,
+        &[
+            "--stop-switch",
+            "r05",
+            "--stop-for",
+            "200ms",
+            "--dead-after",
+            "1s",
+            "--recovery",
+            "none",
+        ],
+    );
+    let fault = &r["faults"][0];
+    assert_eq!(fault["kind"], "stop-switch", "{r:#}");
+    assert_eq!(fault["element"], "r05", "{r:#}");
+    assert!(fault["detection_ms"].is_null(), "{fault:#}");
+    for field in [
+        "messages_lost",
+        "duplicates",
+        "out_of_order",
+        "retained",
+        "recover_requests",
+        "resent_packets",
+    ] {
+        assert_eq!(u(&r, field), 0, "{field}: {r:#}");
+    }
+    assert_eq!(r["lossless"], true, "{r:#}");
+    assert!(r["drops"].as_object().is_none_or(|d| d.is_empty()), "{r:#}");
+}
+
 /// Seed 003's faithful mode deadlocks with two dead routers in one mesh
 /// column (docs/sbrp.md, "Deadlock"): 7×7 mesh, r10 and r38 (column 3)
 /// SIGKILLed at 0.8 s and 1.4 s, neighbours told at once, uniform 8-flit

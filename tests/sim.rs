@@ -51,12 +51,26 @@ fn every_scenario_runs_in_the_simulator_and_keeps_its_promise() {
             "{name}: {r:#}"
         );
         // Every fault of the timeline was seen by a neighbour (or, for a
-        // corruption, by the receiving end).
+        // corruption, by the receiving end); a switch stopped for less
+        // than keepalive detection by none.
+        let dead_after_ms = yaml["fabric"]["dead-after"]
+            .as_str()
+            .and_then(|d| d.strip_suffix("ms"))
+            .map(|ms| ms.parse::<f64>().unwrap());
         let actions = r["actions"].as_array().unwrap();
         assert!(!actions.is_empty(), "{name}: no action");
         for a in actions {
             let kind = a["action"].as_str().unwrap();
-            if !kind.starts_with("restore") && !kind.starts_with("restart") {
+            if kind == "stop-switch" {
+                let dead_after =
+                    dead_after_ms.expect("a stop-switch scenario sets dead-after in ms");
+                let stopped = a["stopped_ms"].as_f64().unwrap();
+                assert_eq!(
+                    a["detection_ms"].is_number(),
+                    stopped > dead_after,
+                    "{name}: stopped {stopped} ms, dead-after {dead_after} ms: {a:#}"
+                );
+            } else if !kind.starts_with("restore") && !kind.starts_with("restart") {
                 assert!(
                     a["detection_ms"].is_number(),
                     "{name}: {kind} undetected: {a:#}"

@@ -1046,12 +1046,16 @@ impl Fabric {
     }
 
     /// Stops a daemon's process for `lasts` of emulated time with its state
-    /// kept (SIGSTOP), then lets it run again (SIGCONT). The SIGCONT comes
-    /// from a timer thread of its own: the controller's loop may be waiting
-    /// for this very daemon (a table install to every switch), and the
-    /// stop must last what was asked either way. Requests to the daemon are
-    /// answered once it runs again.
-    pub fn stop_for(&mut self, node: NodeRef, lasts: Duration) -> Result<()> {
+    /// kept (SIGSTOP), then lets it run again (SIGCONT): [`Stopper::stop`]
+    /// now.
+    pub fn stop_for(&self, node: NodeRef, lasts: Duration) -> Result<()> {
+        self.stopper(node, lasts)?.stop()
+    }
+
+    /// What stops a daemon's process for `lasts` of emulated time, checked
+    /// now: the daemon runs, is this controller's child, and the stop ends
+    /// before the controller would take the daemon's silence for good.
+    pub fn stopper(&self, node: NodeRef, lasts: Duration) -> Result<Stopper> {
         let d = &self.daemons[self.daemon_of(node)];
         if d.dead {
             bail!("{} is not running", d.name);
@@ -1072,27 +1076,12 @@ impl Fabric {
                 REPORT_TIMEOUT.as_secs()
             );
         }
-        let pid = child.id() as libc::pid_t;
-        let process = d.process.clone();
-        // SAFETY: kill(2) on our own child, which has not been reaped.
-        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("SIGSTOP to {}", d.name));
-        }
-        let name = d.name.clone();
-        std::thread::Builder::new()
-            .name(format!("sigcont-{name}"))
-            .spawn(move || {
-                std::thread::sleep(wall);
-                // Only to the process stopped: a daemon killed and started
-                // again meanwhile is another process (and runs).
-                if process.as_ref().is_none_or(|p| p.check().is_ok()) {
-                    // SAFETY: kill(2) on the PID checked to be the daemon stopped.
-                    unsafe { libc::kill(pid, libc::SIGCONT) };
-                }
-            })
-            .with_context(|| format!("starting the timer that lets {name} run again"))?;
-        Ok(())
+        Ok(Stopper {
+            name: d.name.clone(),
+            pid: child.id() as libc::pid_t,
+            process: d.process.clone(),
+            wall,
+        })
     }
 
     /// Starts a daemon killed by [`Fabric::kill`] again, with the same
@@ -1346,6 +1335,43 @@ impl Drop for Fabric {
         if !self.detached {
             self.reap(Duration::ZERO);
         }
+    }
+}
+
+/// Stops one daemon's process with its state kept ([`Fabric::stopper`]).
+#[derive(Clone, Debug)]
+pub struct Stopper {
+    pub name: String,
+    pid: libc::pid_t,
+    process: Option<ProcessId>,
+    /// How long, in wall time.
+    wall: Duration,
+}
+
+impl Stopper {
+    /// SIGSTOP now; the SIGCONT comes from a timer thread of its own: the
+    /// controller's loop may be waiting for this very daemon (a table
+    /// install), and the stop must last what was asked either way.
+    pub fn stop(self) -> Result<()> {
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        if unsafe { libc::kill(self.pid, libc::SIGSTOP) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("SIGSTOP to {}", self.name));
+        }
+        let name = self.name.clone();
+        std::thread::Builder::new()
+            .name(format!("sigcont-{name}"))
+            .spawn(move || {
+                std::thread::sleep(self.wall);
+                // Only to the process stopped: a daemon killed and started
+                // again meanwhile is another process (and runs).
+                if self.process.as_ref().is_none_or(|p| p.check().is_ok()) {
+                    // SAFETY: kill(2) on the PID checked to be the daemon stopped.
+                    unsafe { libc::kill(self.pid, libc::SIGCONT) };
+                }
+            })
+            .with_context(|| format!("starting the timer that lets {name} run again"))?;
+        Ok(())
     }
 }
 

@@ -1171,7 +1171,7 @@ fn random_actions(
     }
     if r.kinds.contains(&ActionKind::StopSwitch) && r.repair_after.is_none_or(|d| d.0.is_zero()) {
         bail!(
-            "{}: random.kinds: stop-switch needs repair_after (how long each stop lasts)",
+            "{}: random.kinds: stop-switch needs repair-after (how long each stop lasts)",
             path.display()
         );
     }
@@ -1297,6 +1297,34 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_switch_carries_how_long_it_lasts_and_ends_by_itself() {
+        let s = parse(&format!(
+            "{HEAD}timeline:\n  - {{at: 1s, action: stop-switch, target: \"s1-0\", duration: 250ms}}\n  - {{at: 1.1s, action: sigkill-switch, target: \"s1-0\"}}\n  - {{at: 2s, action: stop-switch, target: \"s1-1\", duration: 1s}}\n"
+        ))
+        .unwrap();
+        assert_eq!(s.actions[0].kind, ActionKind::StopSwitch);
+        assert_eq!(s.actions[0].lasts, Duration::from_millis(250));
+        assert_eq!(s.actions[1].lasts, Duration::ZERO);
+        assert_eq!(s.actions[2].lasts, Duration::from_secs(1));
+        // A stop is no fault in force: it changes no fault set.
+        let mut faults = FaultSet::none();
+        assert!(!s.actions[0].apply_to(&mut faults));
+        // Random stops last repair_after, which they need.
+        let random = format!("{HEAD}random: {{rate-per-s: 2, kinds: [stop-switch], seed: 3}}\n");
+        let e = format!("{:#}", parse(&random).unwrap_err());
+        assert!(e.contains("stop-switch needs repair-after"), "{e}");
+        let random = format!(
+            "{HEAD}random: {{rate-per-s: 2, kinds: [stop-switch], seed: 3, repair-after: 400ms}}\n"
+        );
+        let s = parse(&random).unwrap();
+        assert!(!s.actions.is_empty());
+        assert!(s
+            .actions
+            .iter()
+            .all(|a| a.kind == ActionKind::StopSwitch && a.lasts == Duration::from_millis(400)));
+    }
+
+    #[test]
     fn time_dilation_is_auto_by_default_or_a_whole_factor() {
         use flitnet_runtime::clock::Dilation;
         let s = parse(HEAD).unwrap();
@@ -1337,6 +1365,22 @@ mod tests {
             (
                 "  - {at: 1s, action: kill-switch, target: \"h00\"}\n",
                 "is a host",
+            ),
+            (
+                "  - {at: 1s, action: stop-switch, target: \"s1-1\"}\n",
+                "stop-switch needs a positive duration",
+            ),
+            (
+                "  - {at: 1s, action: stop-switch, target: \"s1-1\", duration: 0s}\n",
+                "stop-switch needs a positive duration",
+            ),
+            (
+                "  - {at: 1s, action: kill-link, target: \"s0-0:4\", duration: 1s}\n",
+                "`duration` is only for iperf3",
+            ),
+            (
+                "  - {at: 1s, action: stop-switch, target: \"s1-0\", duration: 100ms}\n",
+                "already broken",
             ),
         ];
         for (entry, want) in cases {

@@ -88,6 +88,18 @@ pub struct UpArgs {
     /// diagnosis and a non-zero exit. A testing tool, not a fault model.
     #[arg(long, value_name = "NODE:PORT")]
     pub withhold_credits: Option<String>,
+    /// Stop this switch's process with its state kept for --stop-for
+    /// (SIGSTOP, then SIGCONT: what a daemon starved of CPU does to its
+    /// neighbours), at --stop-at. Repeat to stop several at once. As the
+    /// `stop-switch` action of a chaos scenario (docs/chaos.md).
+    #[arg(long)]
+    pub stop_switch: Vec<String>,
+    /// With --stop-switch: when, after traffic starts (default: --kill-at).
+    #[arg(long, value_parser = parse_duration)]
+    pub stop_at: Option<Duration>,
+    /// With --stop-switch: how long each stays stopped.
+    #[arg(long, value_parser = parse_duration)]
+    pub stop_for: Option<Duration>,
     /// When to kill, after traffic starts.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub kill_at: Duration,
@@ -322,6 +334,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         kill_links,
         kill_switches,
         withhold,
+        stops,
     } = UpFaults::of(args, &topo)?;
     if args.kill_by == KillBy::Carrier && args.fabric.transport() == Transport::Udp {
         bail!("--kill-by carrier pulls a cable (a veth pair's carrier, a ring's): it needs --transport ethernet or shm");
@@ -368,9 +381,33 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     if !ip_only {
         ctl.fabric.start_traffic(&spec)?;
     }
+    // Checked before traffic starts: a stop that cannot be made fails now.
+    let stoppers = match &stops {
+        Some(st) => st
+            .switches
+            .iter()
+            .map(|&s| ctl.fabric.stopper(NodeRef::Switch(s), st.lasts))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
     let traffic_start = Instant::now();
     let mut progress = Progress::new(args.progress, traffic_start, wall(args.traffic.duration));
     events.record(ControllerEvent::traffic_started(&spec.pattern));
+    // Stops happen on a timer of their own, beside the faults' loop below.
+    let stop_timer = stops.as_ref().map(|st| {
+        let (events, at) = (events.clone(), traffic_start + wall(st.at));
+        std::thread::spawn(move || -> Result<crate::events::Record> {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            let started_ns = now_ns();
+            let names: Vec<String> = stoppers.iter().map(|s| s.name.clone()).collect();
+            for stopper in stoppers {
+                stopper.stop()?;
+            }
+            let what = names.join(",");
+            crate::ctl_metrics::fault("stop-switch", &what);
+            Ok(events.record_at(started_ns, ControllerEvent::fault("stop-switch", what)))
+        })
+    });
     let mut faults = FaultSet::none();
     // The faults `up` injected, one record per instant, with what they
     // acted on.
@@ -466,6 +503,16 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         traffic_start + wall(args.traffic.duration),
     );
     crate::session::stop_traffic_if_interrupted(&ctl.fabric, &events);
+    if let (Some(timer), Some(st)) = (stop_timer, &stops) {
+        let record = timer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the stop-switch timer panicked"))??;
+        injected.push((
+            record,
+            st.switches.iter().map(|&s| Element::Switch(s)).collect(),
+        ));
+        injected.sort_by_key(|(r, _)| r.time_ns);
+    }
     let records = events.snapshot();
     let fault_log = injected
         .iter()

@@ -163,6 +163,7 @@ fn refuse_up_flags(a: &UpArgs) -> Result<()> {
         ("--withhold-credits", a.withhold_credits.is_some()),
         ("--tables", a.tables.is_some()),
         ("--restart-after", a.restart_after.is_some()),
+        ("--stop-switch", !a.stop_switch.is_empty()),
     ];
     if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
         bail!("{flag}: a scenario file carries its own schedule; put the fault in its timeline (docs/chaos.md)");
@@ -429,6 +430,7 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
         kill_links,
         kill_switches,
         withhold,
+        stops,
     } = crate::up::UpFaults::of(args, &topo)?;
     // `--kill-by carrier` is the simulator's pulled cable: no Ethernet needed.
     let mechanism = args.mechanism.plan(&args.run_spec(&topo))?;
@@ -507,6 +509,26 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
             elements.push(Vec::new());
         }
     }
+    if let Some(stops) = &stops {
+        let names: Vec<&str> = stops
+            .switches
+            .iter()
+            .map(|&s| topo.node_name(NodeRef::Switch(s)))
+            .collect();
+        steps.push(Step {
+            at_ns: stops.at.as_nanos() as u64,
+            ops: stops
+                .switches
+                .iter()
+                .map(|&switch| Op::Stall {
+                    switch,
+                    for_ns: stops.lasts.as_nanos() as u64,
+                })
+                .collect(),
+            record: Some(ControllerEvent::fault("stop-switch", names.join(","))),
+        });
+        elements.push(stops.switches.iter().map(|&s| Element::Switch(s)).collect());
+    }
     if let Some(end) = withhold {
         steps.push(Step {
             at_ns: args.kill_at.as_nanos() as u64,
@@ -569,6 +591,9 @@ pub fn run_up(args: &UpArgs, events: Option<&Path>) -> Result<UpOutcome> {
     if args.restart_after.is_some() {
         faults.switches.clear();
     }
+    // So do stopped ones (unless killed too).
+    let killed = crate::up::UpFaults::of(args, topo)?.kill_switches;
+    faults.switches.retain(|s| killed.contains(s));
     let unreachable = report::unreachable_hosts(topo, &faults);
     let sink = open_events(events)?;
     let out = Sim::new(&plan, sink)?.run(&unreachable)?;

@@ -6,6 +6,7 @@ use super::{Recovery, UpArgs};
 use crate::parse::{parse_link, parse_switch_port};
 use anyhow::{bail, Result};
 use flitnet_core::topology::{LinkId, NodeRef, PortRef, SwitchId, Topology};
+use std::time::Duration;
 
 /// The elements `up`'s flags act on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,6 +17,17 @@ pub struct UpFaults {
     pub kill_switches: Vec<SwitchId>,
     /// `--withhold-credits`.
     pub withhold: Option<PortRef>,
+    /// `--stop-switch`: the switches, when, for how long.
+    pub stops: Option<Stops>,
+}
+
+/// Switches stopped together with their state kept (`--stop-switch`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stops {
+    pub switches: Vec<SwitchId>,
+    /// After traffic starts.
+    pub at: Duration,
+    pub lasts: Duration,
 }
 
 impl UpFaults {
@@ -82,15 +94,56 @@ impl UpFaults {
                  e.g. topologies/scenarios/kary-4-3-dlr-sbrp2.yaml)"
             );
         }
+        let stops = Stops::of(args, topo)?;
         Ok(UpFaults {
             kill_links,
             kill_switches,
             withhold,
+            stops,
         })
     }
 
     /// The first switch killed, if any.
     pub fn kill_switch(&self) -> Option<SwitchId> {
         self.kill_switches.first().copied()
+    }
+}
+
+impl Stops {
+    /// `--stop-switch`, `--stop-at` and `--stop-for`, checked.
+    fn of(args: &UpArgs, topo: &Topology) -> Result<Option<Stops>> {
+        if args.stop_switch.is_empty() {
+            if args.stop_at.is_some() || args.stop_for.is_some() {
+                bail!("--stop-at and --stop-for say when and how long --stop-switch stops a switch: it needs --stop-switch");
+            }
+            return Ok(None);
+        }
+        let switches = args
+            .stop_switch
+            .iter()
+            .map(|name| match topo.find_node(name) {
+                Some(NodeRef::Switch(s)) => Ok(s),
+                Some(_) => bail!("--stop-switch {name}: that is a host, not a switch"),
+                None => bail!("--stop-switch {name}: no such switch"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(i) = (0..switches.len()).find(|&i| switches[..i].contains(&switches[i])) {
+            bail!("--stop-switch {} twice", args.stop_switch[i]);
+        }
+        let Some(lasts) = args.stop_for.filter(|d| !d.is_zero()) else {
+            bail!("--stop-switch needs --stop-for, a positive duration (how long the switch stays stopped)");
+        };
+        let at = args.stop_at.unwrap_or(args.kill_at);
+        if at >= args.traffic.duration {
+            bail!(
+                "--stop-at {at:?} is not within the traffic duration {:?}",
+                args.traffic.duration
+            );
+        }
+        Ok(Some(Stops {
+            switches,
+            at,
+            lasts,
+        }))
     }
 }
