@@ -382,7 +382,7 @@ pub(crate) fn timings(
                     Some(ms(scheduled, t0)).filter(|&l| l >= crate::report::LATE_ACTION_MS)
                 },
                 stopped_ms: (a.action.kind == ActionKind::StopSwitch)
-                    .then(|| a.action.lasts.as_secs_f64() * 1e3),
+                    .then_some(a.action.lasts.as_secs_f64() * 1e3),
                 ..ActionTiming::default()
             };
             if a.action.kind == ActionKind::Corrupt {

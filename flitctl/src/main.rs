@@ -30,7 +30,7 @@ enum Command {
     Topo(topo::TopoCommand),
     /// Bring a topology up as local processes on loopback, install routing,
     /// drive traffic, optionally kill a link or switch mid-run, and report.
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
     /// Run a chaos scenario: a fabric under traffic, faults and repairs on a
     /// timeline (or at random), the controller re-routing, and a report of
     /// detection and recovery times and of every lost message.
@@ -160,7 +160,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Topo(cmd) => topo::run(cmd),
-        Command::Up(args) => flitctl::capacity::check_up(&args).and_then(|()| up::run(args)),
+        Command::Up(args) => flitctl::capacity::check_up(&args).and_then(|()| up::run(*args)),
         Command::Chaos(args) => chaos::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Route(args) => route::run(args),
