@@ -451,6 +451,11 @@ pub enum LinkErrorCause {
     Malformed,
     /// Datagrams missing from the link sequence.
     SeqGap,
+    /// The peer was declared dead by its silence and spoke again as the
+    /// same incarnation (a process stopped or starved of CPU, then run
+    /// again): what each end believes of the other's buffers and worms is
+    /// stale, so both reset before data flows again.
+    PeerReturned,
     /// The peer's reset named a cause this end does not know.
     Unspecified,
 }
@@ -461,6 +466,7 @@ impl LinkErrorCause {
             LinkErrorCause::Crc => "crc",
             LinkErrorCause::Malformed => "malformed",
             LinkErrorCause::SeqGap => "seq_gap",
+            LinkErrorCause::PeerReturned => "peer_returned",
             LinkErrorCause::Unspecified => "unspecified",
         }
     }
@@ -471,6 +477,7 @@ impl LinkErrorCause {
             LinkErrorCause::Crc => 1,
             LinkErrorCause::Malformed => 2,
             LinkErrorCause::SeqGap => 3,
+            LinkErrorCause::PeerReturned => 4,
             LinkErrorCause::Unspecified => 0,
         }
     }
@@ -480,6 +487,7 @@ impl LinkErrorCause {
             1 => LinkErrorCause::Crc,
             2 => LinkErrorCause::Malformed,
             3 => LinkErrorCause::SeqGap,
+            4 => LinkErrorCause::PeerReturned,
             _ => LinkErrorCause::Unspecified,
         }
     }
@@ -580,6 +588,10 @@ pub struct Link {
     admin_up: bool,
     alive: bool,
     last_heard: u64,
+    /// The peer was declared dead by its silence: should it speak again
+    /// as the same incarnation, both ends reset first
+    /// ([`LinkErrorCause::PeerReturned`]).
+    silenced: bool,
     /// Set when the link is brought back up administratively: if the peer
     /// stays silent for `dead_after_ns` from then, `PeerDown` is reported
     /// again (it may have died while we were not listening).
@@ -671,6 +683,7 @@ impl Link {
             peer_synced: false,
             admin_up: true,
             alive: false,
+            silenced: false,
             last_heard: 0,
             probe_since: None,
             tx_seq: 0,
@@ -1118,6 +1131,14 @@ impl Link {
             }
             return;
         }
+        if self.silenced && self.peer_epoch == Some(header.epoch) && self.cfg.retrain_ns > 0 {
+            // Its datagram, and every belief about its buffers, is stale.
+            self.silenced = false;
+            self.link_error(now, LinkErrorCause::PeerReturned);
+            self.stats.rx_dropped_retraining += 1;
+            return;
+        }
+        self.silenced = false;
         self.last_heard = now;
         self.probe_since = None;
         if !self.alive {
@@ -1392,6 +1413,7 @@ impl Link {
         self.deliver_due(now);
         if self.alive && now.saturating_sub(self.last_heard) >= self.cfg.dead_after_ns {
             self.alive = false;
+            self.silenced = true;
             self.stats.peer_down_events += 1;
             self.events.push_back(LinkEvent::PeerDown);
         }
