@@ -341,6 +341,8 @@ fn check_restart_within_detection(protocol: &str) {
             "100ms",
             "--dead-after",
             "1s",
+            "--recovery",
+            "none",
         ],
     );
     assert!(

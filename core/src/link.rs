@@ -949,6 +949,8 @@ impl Link {
             // What the peer sent while we were down was dropped on purpose,
             // not lost: sequence tracking restarts.
             self.rx_seq = RxSeq::default();
+            // Its silence meanwhile was our deafness: no stale belief.
+            self.silenced = false;
             if !self.alive {
                 self.probe_since = Some(self.now);
             }
@@ -1131,7 +1133,14 @@ impl Link {
             }
             return;
         }
-        if self.silenced && self.peer_epoch == Some(header.epoch) && self.cfg.retrain_ns > 0 {
+        // A peer that knows it was away (its port was down: it asks for a
+        // sync) went through the port's death itself; one that does not
+        // ask (stopped, then run again) believes nothing happened.
+        if self.silenced
+            && self.peer_epoch == Some(header.epoch)
+            && !ext.sync_request
+            && self.cfg.retrain_ns > 0
+        {
             // Its datagram, and every belief about its buffers, is stale.
             self.silenced = false;
             self.link_error(now, LinkErrorCause::PeerReturned);
@@ -2518,6 +2527,72 @@ mod tests {
     fn flip(buf: &mut [u8]) {
         let i = buf.len() - 1;
         buf[i] ^= 0x5A;
+    }
+
+    /// `b` stops for longer than detection (its process stopped, say) and
+    /// runs again: `a` took its silence for death and failed the port, `b`
+    /// saw nothing wrong. The first datagram `a` hears from it is a link
+    /// error (`peer_returned`): both ends go down and retrain before data
+    /// flows again, as after a damaged datagram. With retraining off `b` is
+    /// simply up again.
+    fn stop_and_resume(c: LinkConfig) -> (Link, Link, u64) {
+        let (mut a, mut b) = connected(c);
+        let (mut held, mut buf) = (Vec::new(), Vec::new());
+        let mut t = 1_000;
+        while t <= 7_000_000 {
+            a.handle_timeout(t);
+            while a.poll_transmit(t, &mut buf) {
+                held.push(buf.clone());
+            }
+            t += 500_000;
+        }
+        assert_eq!(events(&mut a), vec![LinkEvent::PeerDown]);
+        // b runs again: what waited for it, then its timers.
+        for d in &held {
+            let _ = b.handle_datagram_slice(t, d);
+        }
+        b.handle_timeout(t);
+        assert!(events(&mut b).is_empty(), "b heard a all along");
+        exchange(t, &mut a, &mut b, &mut pass);
+        (a, b, t)
+    }
+
+    #[test]
+    fn a_peer_heard_again_after_its_silence_was_taken_for_death_retrains_both_ends() {
+        let (mut a, mut b, t) = stop_and_resume(cfg());
+        assert_eq!(
+            events(&mut a),
+            vec![LinkEvent::LinkError {
+                cause: LinkErrorCause::PeerReturned,
+                by_peer: false
+            }]
+        );
+        assert_eq!(
+            events(&mut b),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::PeerReturned,
+                    by_peer: true
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        assert!(a.is_retraining() && b.is_retraining());
+        let t = run(t, t + RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!(events(&mut a), vec![LinkEvent::PeerUp]);
+        assert_eq!(events(&mut b), vec![LinkEvent::PeerUp]);
+        assert_eq!((a.credits(0), b.credits(0)), (4, 4));
+        // The code travels: an older end reads it as unspecified.
+        assert_eq!(
+            LinkErrorCause::from_code(LinkErrorCause::PeerReturned.code()),
+            LinkErrorCause::PeerReturned
+        );
+        let (mut a, mut b, _) = stop_and_resume(lossy_cfg());
+        assert_eq!(events(&mut a), vec![LinkEvent::PeerUp]);
+        assert!(events(&mut b).is_empty());
+        assert!(a.is_up() && b.is_up());
     }
 
     #[test]
