@@ -588,10 +588,10 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flit::flags;
     use crate::mechanism::sbrp::is_rrq;
     use crate::mechanism::sbrp::{is_parked_notice, is_relayed_rrq, RELAYED_RRQ_MSG_FLITS};
     use crate::routing::VcPolicy;
-    use crate::flit::flags;
     use crate::switch::input::InState;
     use crate::switch::tests::{chain, lft, packet, sw_cfg, Net};
     use crate::switch::{SwitchEvent, Switching};
