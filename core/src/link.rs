@@ -568,6 +568,19 @@ struct RxVc {
     undelivered: u16,
 }
 
+/// What a peer's restart took with it on one VC, as the link saw it when
+/// it heard the new incarnation ([`Link::peer_restart`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestartedVc {
+    /// Flits transmitted to the old incarnation that it had not freed:
+    /// in its buffer or on the wire when it died.
+    pub unfreed: u16,
+    /// Flits the old incarnation sent that were received here and not
+    /// yet taken with `poll_received` (they are still handed out, ahead of
+    /// anything from the new incarnation).
+    pub undelivered: u16,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct RxSeq {
     started: bool,
@@ -654,6 +667,8 @@ pub struct Link {
     /// Fault injection: this end returns no credits (see
     /// [`Link::set_credits_withheld`]).
     credits_withheld: bool,
+    /// Per VC, what the peer's last restart took ([`Link::peer_restart`]).
+    restarted: Vec<RestartedVc>,
 }
 
 fn ahead(a: u16, b: u16) -> i16 {
@@ -711,6 +726,7 @@ impl Link {
             error_at: None,
             errors_persist: false,
             port: 0,
+            restarted: vec![RestartedVc::default(); vcs],
             credits_withheld: false,
             cfg,
         })
@@ -905,6 +921,49 @@ impl Link {
             t.consumed = t.consumed.wrapping_sub(1);
         }
         n
+    }
+
+    /// Flits of `vc` accepted by `send` and not yet transmitted, and
+    /// whether a head is among them.
+    pub fn queued_on(&self, vc: u8) -> (usize, bool) {
+        let mut n = 0;
+        let mut head = false;
+        for (_, f) in self.tx_queue.iter().filter(|(_, f)| f.vc == vc) {
+            n += 1;
+            head |= f.kind.is_head();
+        }
+        (n, head)
+    }
+
+    /// Drops the queued, untransmitted flits of `vc` ahead of its first
+    /// queued head, giving their credits back: the rest of a packet whose
+    /// head already left, for an owner whose peer restarted (the new
+    /// incarnation would discard them as orphans). Returns how many.
+    pub fn discard_queued_rest(&mut self, vc: u8) -> usize {
+        let mut n = 0;
+        let mut at_head = false;
+        let tx = &mut self.tx;
+        self.tx_queue.retain(|(_, f)| {
+            if f.vc != vc || at_head {
+                return true;
+            }
+            if f.kind.is_head() {
+                at_head = true;
+                return true;
+            }
+            let t = &mut tx[vc as usize];
+            t.consumed = t.consumed.wrapping_sub(1);
+            n += 1;
+            false
+        });
+        n
+    }
+
+    /// Per VC, what the peer's last restart ([`LinkEvent::PeerRestarted`])
+    /// took: read when the event is polled, before anything else touches
+    /// the link.
+    pub fn peer_restart(&self) -> &[RestartedVc] {
+        &self.restarted
     }
 
     /// The owner freed `n` buffer slots of `vc` (flits it took with
@@ -1288,6 +1347,14 @@ impl Link {
     /// it. Flits we still hold keep their slots (`freed` starts behind
     /// `received` by that much); flits we have queued keep their credits.
     fn reset_against(&mut self, epoch: u16) {
+        if self.peer_epoch.is_some() {
+            for ((r, t), rx) in self.restarted.iter_mut().zip(&self.tx).zip(&self.rx) {
+                *r = RestartedVc {
+                    unfreed: t.transmitted.wrapping_sub(t.peer_freed),
+                    undelivered: rx.undelivered,
+                };
+            }
+        }
         self.peer_epoch = Some(epoch);
         self.peer_synced = false;
         self.rx_seq = RxSeq::default();

@@ -28,6 +28,21 @@ pub enum Intercept {
     Wait,
 }
 
+/// What a port's peer restart took on one output VC, in the VC's flit
+/// numbers (its `tx_flits` count: the n-th flit the switch sent on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartLoss {
+    /// The last flit that left on the wire for the old incarnation (the
+    /// ones after it were still queued: they go to the new one, apart
+    /// from the rest of a packet whose head left, which is discarded).
+    pub left: u64,
+    /// Flits up to this one had been freed by the old incarnation and
+    /// were past its output queue, bounded by the next hop's credits
+    /// (the last one buffer depth of freed flits may still have been
+    /// there): those after it may be lost.
+    pub lost_after: u64,
+}
+
 /// One mechanism's switch hooks. Every method has a default that does
 /// nothing, so a mechanism implements only the points it acts on.
 pub trait SwitchHook: Any + Send {
@@ -82,8 +97,10 @@ pub trait SwitchHook: Any + Send {
         Some(f)
     }
 
-    /// Input VC `i` is empty, its port is dead and its packet holds an
-    /// output VC: returns whether the hook put a flit in it to close the
+    /// The packet holding an output VC from input VC `i` will never get
+    /// its tail and has nothing more here (its port is dead and the VC
+    /// empty, or the peer restarted after sending its last flit here):
+    /// returns whether the hook put a flit at the VC's front to close the
     /// packet (the pipeline then looks at the input again).
     fn on_input_dead(&mut self, _sw: &mut Switch, _i: usize) -> bool {
         false
@@ -105,8 +122,15 @@ pub trait SwitchHook: Any + Send {
     fn on_port_failed(&mut self, _sw: &mut Switch, _p: usize, _newly: bool) {}
 
     /// The packet holding an output VC from input VC `i` was cut mid-way
-    /// by its output's death (its head had left).
+    /// by its output's death or its peer's restart (its head had left).
     fn on_packet_cut(&mut self, _sw: &mut Switch, _i: usize) {}
+
+    /// Port `p`'s peer restarted before it was declared dead (the port
+    /// never went down): per output VC, `loss` says which flits sent on it
+    /// the old incarnation may have taken. The packets still crossing the
+    /// port were cut already (`on_packet_cut`); this is for what the hook
+    /// keeps about packets that left whole.
+    fn on_peer_restarted(&mut self, _sw: &mut Switch, _p: usize, _loss: &[RestartLoss]) {}
 
     /// A new table was installed or a port came back.
     fn on_routes_changed(&mut self, _sw: &mut Switch) {}

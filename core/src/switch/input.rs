@@ -58,10 +58,18 @@ pub struct InputVc {
     /// The packet being forwarded (SBRP).
     pub track: Option<Tracked>,
     /// The *front* flit of `buf` was made by this switch (an NFT, or an RRQ
-    /// on the local input; both are pushed into an empty buffer only): it
-    /// took no credit from the link, so the link may still fill `depth`
-    /// slots behind it (a peer declared dead that speaks again).
+    /// on the local input; always put at the front): it took no credit
+    /// from the link, so the link may still fill `depth` slots behind it
+    /// (a peer declared dead that speaks again, a restarted peer).
     pub synthetic_tail: bool,
+    /// Flits at the front of `buf` (after a synthetic one) that an
+    /// incarnation of the peer sent before it restarted: the last of them
+    /// may leave a packet open whose tail will never come.
+    pub stale: u32,
+    /// The last flit of a restarted peer's old incarnation left here in
+    /// the middle of the packet this VC forwards: its tail will never
+    /// come, so the packet is closed before anything else moves.
+    pub tail_lost: bool,
     /// When the head at the front started waiting for an output VC (None
     /// while no head waits): the head-of-queue lifetime runs from here.
     pub waiting_since: Option<u64>,
@@ -76,6 +84,8 @@ impl InputVc {
             depth: depth as usize,
             track: None,
             synthetic_tail: false,
+            stale: 0,
+            tail_lost: false,
             waiting_since: None,
         }
     }

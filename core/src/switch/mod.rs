@@ -783,6 +783,7 @@ impl Switch {
                     self.push_event(SwitchEvent::PortDown { port, admin: false });
                 }
                 LinkEvent::PeerRestarted { .. } => {
+                    self.peer_restarted(p);
                     self.push_event(SwitchEvent::PeerRestarted { port })
                 }
                 LinkEvent::LinkError { cause, by_peer } => {
@@ -850,25 +851,97 @@ impl Switch {
             self.counters.drops.port_down += discarded as u64;
         }
         for i in 0..self.inputs.len() {
-            if let InState::Active {
-                out,
-                out_vc,
-                started,
-            } = self.inputs[i].state
-            {
+            if let InState::Active { out, .. } = self.inputs[i].state {
                 if out as usize == p {
-                    self.outputs.release(p, out_vc);
-                    // Absorb the orphans up to the tail (credits keep
-                    // flowing upstream).
-                    self.inputs[i].state = InState::Dropping {
-                        reason: DropReason::PortDown,
-                    };
-                    if started {
-                        self.each_hook(|h, sw| h.on_packet_cut(sw, i));
-                    }
+                    self.cut_output_packet(i);
                 }
             }
         }
+    }
+
+    /// The packet input VC `i` forwards lost its output: the output VC is
+    /// freed, the rest of the packet is absorbed up to its tail (credits
+    /// keep flowing upstream), and, if its head had left, the hooks hear
+    /// of the cut (SBRP's node C reports it).
+    fn cut_output_packet(&mut self, i: usize) {
+        let InState::Active {
+            out,
+            out_vc,
+            started,
+        } = self.inputs[i].state
+        else {
+            return;
+        };
+        self.outputs.release(out as usize, out_vc);
+        self.inputs[i].state = InState::Dropping {
+            reason: DropReason::PortDown,
+        };
+        if started {
+            self.each_hook(|h, sw| h.on_packet_cut(sw, i));
+        }
+    }
+
+    /// Port `p`'s peer restarted (a new incarnation spoke) without having
+    /// been declared dead: for what crossed this port, that is a cut, as
+    /// when the port dies and comes back, except that what the link still
+    /// queues is not lost (it goes to the new incarnation). The link has
+    /// already reset its counters against the new incarnation
+    /// ([`Link::peer_restart`] says what the old one took).
+    ///
+    /// Outputs: a packet whose head left for the old incarnation is cut
+    /// (its queued rest is discarded, it is absorbed and reported as under
+    /// `fail_port`), and the hooks hear which flits of each VC the old
+    /// incarnation may have taken ([`hook::RestartLoss`]); a packet whose
+    /// head is still queued goes on. Inputs: a packet the old incarnation
+    /// had not finished sending is closed once its last flit here has
+    /// left (`InputVc::tail_lost`), as a dead input's is. No `PortDown`
+    /// is reported and no other hook sees the port fail: its link never
+    /// went down and its routes are unchanged.
+    fn peer_restarted(&mut self, p: usize) {
+        let vcs = self.cfg.vcs as usize;
+        let depth = self.cfg.buffer_depth as u64;
+        let restarted = self.ports[p].link.peer_restart().to_vec();
+        for (vc, r) in restarted.iter().enumerate() {
+            let i = p * vcs + vc;
+            let input = &mut self.inputs[i];
+            input.stale = input.arrived.len() as u32 + r.undelivered as u32;
+            input.tail_lost = input.stale == 0
+                && !input.synthetic_tail
+                && matches!(input.state, InState::Active { .. });
+            self.mark_live(i);
+        }
+        let mut loss = Vec::with_capacity(vcs);
+        let mut head_queued = Vec::with_capacity(vcs);
+        for (vc, r) in restarted.iter().enumerate() {
+            let (queued, head) = self.ports[p].link.queued_on(vc as u8);
+            let left = self.counters.ports[p].vcs[vc]
+                .tx_flits
+                .saturating_sub(queued as u64);
+            let orphans = self.link_mut(p).discard_queued_rest(vc as u8);
+            if orphans > 0 {
+                self.counters.drops.port_down += orphans as u64;
+            }
+            loss.push(hook::RestartLoss {
+                left,
+                lost_after: left.saturating_sub(r.unfreed as u64 + depth),
+            });
+            head_queued.push(head);
+        }
+        for i in 0..self.inputs.len() {
+            if let InState::Active {
+                out,
+                out_vc,
+                started: true,
+            } = self.inputs[i].state
+            {
+                // The VC's queued flits are this packet's (it holds the
+                // VC) after earlier whole packets: a queued head is its.
+                if out as usize == p && !head_queued[out_vc as usize] {
+                    self.cut_output_packet(i);
+                }
+            }
+        }
+        self.each_hook(|h, sw| h.on_peer_restarted(sw, p, &loss));
     }
 
     pub(crate) fn count_drop(&mut self, port: usize, vc: u8, reason: DropReason, n: u64, msg: u64) {
@@ -899,6 +972,14 @@ impl Switch {
         self.inputs[i].arrived.pop_front();
         if p >= self.ports.len() {
             return Some(f);
+        }
+        let input = &mut self.inputs[i];
+        if input.stale > 0 {
+            input.stale -= 1;
+            // The old incarnation's last flit, mid-packet, on its way out.
+            input.tail_lost = input.stale == 0
+                && !f.kind.is_tail()
+                && matches!(input.state, InState::Active { .. });
         }
         // Cannot fail: the flit was delivered by this link and not yet released.
         let released = self.link_mut(p).release(vc as u8, 1);
@@ -1307,6 +1388,12 @@ impl Switch {
     /// request with the switch allocator (and notes `i` in `requested`).
     fn examine(&mut self, i: usize, requested: &mut Vec<u32>) {
         let vcs = self.cfg.vcs as usize;
+        if std::mem::take(&mut self.inputs[i].tail_lost) {
+            // A restarted peer's old incarnation left this packet open:
+            // closed as a dead input's is (below), ahead of the new
+            // incarnation's flits.
+            self.close_dead_input(i);
+        }
         if self.inputs[i].is_empty() {
             // An input whose port died mid-packet will never see the
             // tail: a hook may close the packet (SBRP's NFT), else the
@@ -1318,23 +1405,9 @@ impl Switch {
             // (found by `flitctl sim swarm`: a link kill under controller
             // re-routing stalled the fabric). Failing that (nothing
             // forwarded yet), the output VC it holds is freed.
-            if let InState::Active { out, out_vc, .. } = self.inputs[i].state {
-                let input_dead = self.ports.get(i / vcs).is_some_and(|p| p.failed);
-                if input_dead {
-                    let by_hook = self
-                        .first_hook(|h, sw| h.on_input_dead(sw, i).then_some(()))
-                        .is_some();
-                    if by_hook || self.close_with_non_final_tail(i) {
-                        if !by_hook {
-                            self.counters.truncated_packets += 1;
-                        }
-                        self.examine(i, requested);
-                        return;
-                    }
-                    self.outputs.release(out as usize, out_vc);
-                    self.inputs[i].state = InState::Idle;
-                    self.counters.truncated_packets += 1;
-                }
+            let input_dead = self.ports.get(i / vcs).is_some_and(|p| p.failed);
+            if input_dead && self.close_dead_input(i) {
+                self.examine(i, requested);
             }
             return;
         }
@@ -1364,19 +1437,46 @@ impl Switch {
         }
     }
 
-    /// Appends a non-final tail to the packet input VC `i` forwards (its
-    /// input died, so its own tail will never come); returns whether it
-    /// did (not when the packet already has one, or is not tracked).
+    /// Closes the packet input VC `i` forwards, whose tail will never
+    /// come and of which nothing is left here: a hook may close it (SBRP's
+    /// NFT), else the switch puts a non-final tail in front, else (nothing
+    /// forwarded yet) its output VC is freed. Returns whether a tail was
+    /// put in (the input must be looked at again). Nothing for an input
+    /// not forwarding a packet.
+    fn close_dead_input(&mut self, i: usize) -> bool {
+        let InState::Active { out, out_vc, .. } = self.inputs[i].state else {
+            return false;
+        };
+        let by_hook = self
+            .first_hook(|h, sw| h.on_input_dead(sw, i).then_some(()))
+            .is_some();
+        if by_hook || self.close_with_non_final_tail(i) {
+            if !by_hook {
+                self.counters.truncated_packets += 1;
+            }
+            return true;
+        }
+        self.outputs.release(out as usize, out_vc);
+        self.inputs[i].state = InState::Idle;
+        self.counters.truncated_packets += 1;
+        false
+    }
+
+    /// Puts a non-final tail at the front of input VC `i` for the packet
+    /// it forwards, whose own tail will never come (its input died, or the
+    /// peer that sent it restarted; whatever is buffered behind belongs to
+    /// later packets); returns whether it did (not when the packet already
+    /// has one, or is not tracked).
     pub(crate) fn close_with_non_final_tail(&mut self, i: usize) -> bool {
         let vcs = self.cfg.vcs as usize;
         let input = &mut self.inputs[i];
-        if input.synthetic_tail || !input.buf.is_empty() {
+        if input.synthetic_tail {
             return false;
         }
         let Some(t) = input.track else {
             return false;
         };
-        input.buf.push_back(Flit {
+        input.buf.push_front(Flit {
             kind: FlitKind::Tail,
             vc: (i % vcs) as u8,
             flags: flags::NON_FINAL_TAIL,

@@ -698,31 +698,29 @@ fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str
     }
 }
 
-/// A switch SIGKILLed and restarted, or administratively killed and
-/// restored, before its neighbours' keepalive timeout: the neighbours
-/// never see it go. After a SIGKILL they keep sending to the dead
-/// incarnation; after an administrative kill (its own ports set down,
-/// the neighbours not told) what they sent meanwhile was discarded at its
-/// disabled ports. Either way no switch sees a cut, so SBRP has nothing to
-/// recover from, and without SBRP a worm the restart cut can hold its path
-/// (docs/sbrp.md, "Still open"). Judged by when the actions took effect
+/// A switch administratively killed and restored before its neighbours'
+/// keepalive timeout: its own ports were set down, the neighbours were not
+/// told, and they never see it go. What they sent meanwhile was discarded
+/// at its disabled ports, and it comes back under the same incarnation, so
+/// no switch sees a cut or a restart and SBRP has nothing to recover from
+/// (docs/sbrp.md, "Still open"). A SIGKILL restarted as fast is not
+/// covered: the neighbours hear the new incarnation and treat it as a cut
+/// of what crossed the port. Judged by when the actions took effect
 /// (`actions`, the report's), not by the schedule: a step due during a
 /// re-route takes effect when the re-route ends.
 fn restart_before_detection(case: &Case, actions: &[ActionTiming]) -> bool {
     let dead_s = case.file.fabric.dead_after.0.as_secs_f64();
+    let (kill, back) = (
+        ActionKind::KillSwitch.name(),
+        ActionKind::RestoreSwitch.name(),
+    );
     actions.iter().enumerate().any(|(i, a)| {
-        let back_kind = if a.action == ActionKind::SigkillSwitch.name() {
-            ActionKind::RestartSwitch
-        } else if a.action == ActionKind::KillSwitch.name() {
-            ActionKind::RestoreSwitch
-        } else {
-            return false;
-        };
         // Later in the timeline; at the same instant when both waited
         // behind one re-route.
-        actions[i + 1..].iter().any(|b| {
-            b.action == back_kind.name() && b.element == a.element && b.at_s - a.at_s < dead_s
-        })
+        a.action == kill
+            && actions[i + 1..]
+                .iter()
+                .any(|b| b.action == back && b.element == a.element && b.at_s - a.at_s < dead_s)
     })
 }
 
@@ -1002,7 +1000,7 @@ pub fn check_logged(
     let explained = if violations.is_empty() {
         None
     } else if restart_before_detection(case, &report.actions) {
-        Some("a switch restarted or restored faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string())
+        Some("a switch restored after an administrative kill faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string())
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
         lost_only_where_unrouted(&scenario, &out, &unreachable, t)
             .or_else(|| lost_only_past_a_switch_without_a_way_up(&scenario, &out, &unreachable, t))

@@ -11,7 +11,7 @@ use super::{
 use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
 use crate::routing::VcPolicy;
-use crate::switch::hook::SwitchHook;
+use crate::switch::hook::{RestartLoss, SwitchHook};
 use crate::switch::input::Tracked;
 use crate::switch::{DropReason, Switch};
 use crate::topology::HostId;
@@ -441,6 +441,37 @@ impl SwitchHook for SbrpHook {
         }
     }
 
+    fn on_peer_restarted(&mut self, sw: &mut Switch, p: usize, loss: &[RestartLoss]) {
+        if !self.protocol.is_on() {
+            return;
+        }
+        // R-3 for a peer that restarted unseen: as `on_port_failed` with a
+        // silent peer, but the flits still queued here are not lost. A
+        // packet whose tail left may have died in the old incarnation (its
+        // buffer, or its output queue toward the next hop); one whose tail
+        // is still queued and whose head left lost its rest (discarded by
+        // the switch); one whose head is still queued goes to the new
+        // incarnation whole and stays shadowed.
+        let vcs = sw.cfg.vcs as usize;
+        for (vc, l) in loss.iter().enumerate().take(vcs) {
+            let shadows = std::mem::take(&mut self.shadows[p * vcs + vc]);
+            for (tail_no, t) in shadows {
+                let head_no = (tail_no + 1).saturating_sub(t.forwarded as u64);
+                if head_no > l.left {
+                    self.shadows[p * vcs + vc].push_back((tail_no, t));
+                } else if tail_no > l.lost_after {
+                    if t.is_rrq {
+                        self.reissue_rrq(sw, t);
+                    } else {
+                        self.counters.cut_packets += 1;
+                        self.counters.shadow_reports += 1;
+                        self.report_cut(sw, t);
+                    }
+                }
+            }
+        }
+    }
+
     fn on_packet_cut(&mut self, sw: &mut Switch, i: usize) {
         // Node C: the orphans are absorbed up to the tail; report.
         if !self.protocol.is_on() {
@@ -557,11 +588,125 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flit::flags;
     use crate::mechanism::sbrp::is_rrq;
     use crate::mechanism::sbrp::{is_parked_notice, is_relayed_rrq, RELAYED_RRQ_MSG_FLITS};
     use crate::routing::VcPolicy;
-    use crate::switch::tests::{chain, lft, packet};
-    use crate::switch::Switching;
+    use crate::switch::input::InState;
+    use crate::switch::tests::{chain, lft, packet, sw_cfg, Net};
+    use crate::switch::{SwitchEvent, Switching};
+
+    /// host0 — S0 — S1 — S2 — host1 under SBRP-1.
+    fn three_switches() -> Net {
+        let mut net = chain(3, 1, Switching::Wormhole);
+        for sw in &mut net.switches {
+            sw.set_recovery(RecoveryProtocol::Sbrp1);
+        }
+        net
+    }
+
+    /// Puts a fresh S1 (a restarted process: new epoch, its table, SBRP-1)
+    /// in the old one's place, long before its neighbours' `dead_after`.
+    fn restart_middle(net: &mut Net) {
+        let mut fresh = Switch::with_epoch(sw_cfg(2, 1, Switching::Wormhole), 50).unwrap();
+        fresh.install_table(lft(&[Some(0), Some(1)]), VcPolicy::Keep);
+        fresh.set_recovery(RecoveryProtocol::Sbrp1);
+        net.switches[1] = fresh;
+    }
+
+    fn requests(f: &[Flit]) -> Vec<(u64, u32)> {
+        f.iter()
+            .filter(|f| is_rrq(f) && !is_parked_notice(f))
+            .map(|f| (f.msg, f.seq))
+            .collect()
+    }
+
+    /// A worm crossing into a switch that restarts faster than keepalive
+    /// detection: its neighbours never see the port go down, yet the
+    /// packet is cut as if it had. Upstream (node C) absorbs its rest and
+    /// asks the sender for it; downstream (node A) closes the part the old
+    /// incarnation passed on with an NFT, so the path is free and the
+    /// resend arrives whole through the new incarnation.
+    #[test]
+    fn a_worm_crossing_into_a_peer_restarted_within_detection_is_cut_and_recovered() {
+        let mut net = three_switches();
+        let flits = packet(0, 1, 1, 4, 0);
+        net.hosts[0].to_send.extend(flits[..2].iter().cloned());
+        net.run_for(1_000_000);
+        assert_eq!(net.hosts[1].received.len(), 2);
+        restart_middle(&mut net);
+        net.run_for(200_000);
+        // Its rest comes once S0 knows the new incarnation: absorbed.
+        net.hosts[0].to_send.extend(flits[2..].iter().cloned());
+        net.run_for(2_000_000);
+        let events: Vec<_> = std::iter::from_fn(|| net.switches[0].poll_event()).collect();
+        assert!(events.contains(&SwitchEvent::PeerRestarted { port: 1 }));
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, SwitchEvent::PortDown { .. })),
+            "{events:?}"
+        );
+        let c = net.switches[0].sbrp_counters();
+        assert_eq!((c.cut_packets, c.rrq_sent), (1, 1), "{c:?}");
+        assert_eq!(requests(&net.hosts[0].received), vec![(1, 0)]);
+        assert_eq!(net.switches[0].counters().drops.port_down, 2, "its rest");
+        assert_eq!(net.switches[2].sbrp_counters().nft_generated, 1);
+        let got = &net.hosts[1].received;
+        assert_eq!(got.len(), 3);
+        assert!(got[2].kind.is_tail() && got[2].flags & flags::NON_FINAL_TAIL != 0);
+        assert_eq!(got[2].seq, 2);
+        for (s, sw) in net.switches.iter().enumerate() {
+            for (i, vc) in sw.inputs.iter().enumerate() {
+                assert_eq!(vc.state, InState::Idle, "switch {s} input VC {i}");
+            }
+        }
+        // The sender resends; the path is free.
+        net.hosts[0].to_send.extend(flits);
+        net.run_for(2_000_000);
+        let got = &net.hosts[1].received;
+        assert_eq!(got.len(), 7);
+        assert!(got[3..].iter().map(|f| f.seq).eq(0..4));
+        assert_eq!(net.switches[1].counters().drops.total(), 0);
+    }
+
+    /// Packets that left whole for a switch that restarts faster than
+    /// detection and died in it are reported from node C's shadow, with
+    /// those it may have held toward its next hop (one buffer depth);
+    /// older ones are not, and what it had passed on whole arrives.
+    #[test]
+    fn packets_held_by_a_peer_restarted_within_detection_are_reported() {
+        let mut net = three_switches();
+        net.hosts[1].consume = false;
+        for m in 0..6 {
+            net.hosts[0].to_send.extend(packet(0, 1, m, 4, 0));
+        }
+        net.run_for(1_000_000);
+        // host1's buffer, S2's and S1's inputs are full (8 flits each).
+        assert_eq!(net.switches[1].input_occupancy(0, 0), Some(8));
+        assert_eq!(net.switches[2].input_occupancy(0, 0), Some(8));
+        restart_middle(&mut net);
+        net.run_for(2_000_000);
+        let c = net.switches[0].sbrp_counters().clone();
+        assert_eq!(c.rrq_sent, c.cut_packets);
+        let asked = requests(&net.hosts[0].received);
+        // Messages 4 and 5 died in the old S1; 2 and 3 sat in S2 (freed
+        // by S1 within one buffer depth: reported too, resent for
+        // nothing).
+        for m in 2..6 {
+            assert!(asked.contains(&(m, 0)), "message {m}: {asked:?}");
+        }
+        assert!(!asked.iter().any(|&(m, _)| m < 2), "{asked:?}");
+        net.hosts[1].consume = true;
+        net.run_for(3_000_000);
+        let got: Vec<u64> = net.hosts[1]
+            .received
+            .iter()
+            .filter(|f| f.kind.is_tail())
+            .map(|f| f.msg)
+            .collect();
+        assert_eq!(got[..4], [0, 1, 2, 3], "{got:?}");
+    }
 
     /// A packet that meets no route at a switch whose table will not
     /// change again (its new table arrived before the upstream switches
