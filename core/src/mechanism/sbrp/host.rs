@@ -467,10 +467,7 @@ impl GapRecovery {
     /// The gaps the probed tails open (source, number the flow waits for,
     /// from `awaits(src, seq)`, `None` once `seq` has arrived); tails that
     /// have arrived are forgotten.
-    pub fn tail_gaps(
-        &mut self,
-        awaits: impl Fn(HostId, u32) -> Option<u32>,
-    ) -> Vec<(HostId, u32)> {
+    pub fn tail_gaps(&mut self, awaits: impl Fn(HostId, u32) -> Option<u32>) -> Vec<(HostId, u32)> {
         let mut open = Vec::new();
         self.tails.retain(|&src, &mut seq| match awaits(src, seq) {
             Some(first) => {

@@ -795,7 +795,12 @@ fn a_delivered_tail_is_probed_once_and_asks_for_nothing() {
     assert_eq!(out.recovered, 0, "{out:?}");
     assert_eq!(s.tail_probes_sent, 12, "{s:?}");
     assert_eq!(
-        (s.tail_probe_gaps, s.gap_rrq_sent, s.rrq_received, s.resent_packets),
+        (
+            s.tail_probe_gaps,
+            s.gap_rrq_sent,
+            s.rrq_received,
+            s.resent_packets
+        ),
         (0, 0, 0, 0),
         "{s:?}"
     );
