@@ -414,6 +414,10 @@ fn the_swarm_failures_fixed_stay_fixed() {
         "4461823117728160445",
         "13624016601395737327",
         "7715267869909842329",
+        // The same, the only message of its flow (a 4-ary 3-tree, SBRP-2:
+        // a link kill, a SIGKILL, an administrative switch kill): no later
+        // message reveals the gap; its sender's tail probe does.
+        "2000796679836171717",
     ] {
         let out = flitctl(&["sim", "--replay", seed]).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

@@ -1185,11 +1185,13 @@ impl fmt::Display for ChaosReport {
             let t = &self.run.totals;
             writeln!(
                 f,
-                "  sbrp        {} recover requests ({} from switches, {} from receivers, {} gap requests), {} packets / {} flits resent, {} messages recovered, {} duplicate flits dropped, {} still held",
+                "  sbrp        {} recover requests ({} from switches, {} from receivers, {} gap requests), {} tail probes ({} found a gap), {} packets / {} flits resent, {} messages recovered, {} duplicate flits dropped, {} still held",
                 t.recover_requests,
                 t.rrq_from_switches,
                 t.rrq_from_receivers,
                 t.gap_requests,
+                t.tail_probes_sent,
+                t.tail_probe_gaps,
                 t.resent_packets,
                 t.resent_flits,
                 t.recovered_messages,

@@ -252,6 +252,14 @@ pub struct Totals {
     pub gap_requests: u64,
     #[serde(default)]
     pub gap_requests_unanswered: u64,
+    /// Senders' tail probes (docs/sbrp.md, "Receiver gap recovery"): one
+    /// per flow whose newest message no newer one followed for the probe
+    /// wait; and how many of them named a message their receiver lacked
+    /// (each opened a gap, asked for among `gap_requests`).
+    #[serde(default)]
+    pub tail_probes_sent: u64,
+    #[serde(default)]
+    pub tail_probe_gaps: u64,
     /// Recover requests the switches parked (their route dead: they wait
     /// for new tables or the port's return; in faithful mode nothing ever
     /// releases them, so each is a message lost unless the receiver asks)
@@ -306,6 +314,8 @@ impl Totals {
             t.rrq_from_receivers += e.sbrp.rrq_sent;
             t.gap_requests += e.sbrp.gap_rrq_sent;
             t.gap_requests_unanswered += e.sbrp.gap_rrq_unanswered;
+            t.tail_probes_sent += e.sbrp.tail_probes_sent;
+            t.tail_probe_gaps += e.sbrp.tail_probe_gaps;
             t.resent_packets += e.sbrp.resent_packets;
             t.rrq_unrecoverable += e.sbrp.unrecoverable_rrq;
             t.duplicate_flits += e.sink.duplicate_flits;
@@ -631,6 +641,13 @@ impl fmt::Display for RunReport {
                     t.gap_requests, t.gap_requests_unanswered
                 )?;
             }
+            if t.tail_probe_gaps > 0 {
+                writeln!(
+                    f,
+                    "              {} tail probes from senders, {} named a message its receiver lacked",
+                    t.tail_probes_sent, t.tail_probe_gaps
+                )?;
+            }
             if t.rrq_parked + t.rrq_overflow > 0 {
                 writeln!(
                     f,
@@ -837,6 +854,8 @@ mod tests {
         host.endpoint.sbrp.unrecoverable_rrq = 5;
         host.endpoint.sbrp.gap_rrq_sent = 7;
         host.endpoint.sbrp.gap_rrq_unanswered = 2;
+        host.endpoint.sbrp.tail_probes_sent = 9;
+        host.endpoint.sbrp.tail_probe_gaps = 3;
         let r = RunReport::build(
             &cube,
             "auto",
@@ -859,12 +878,21 @@ mod tests {
         );
         assert_eq!(r.totals.rrq_unrecoverable, 5);
         assert_eq!(
-            (r.totals.gap_requests, r.totals.gap_requests_unanswered),
-            (7, 2)
+            (
+                r.totals.gap_requests,
+                r.totals.gap_requests_unanswered,
+                r.totals.tail_probes_sent,
+                r.totals.tail_probe_gaps
+            ),
+            (7, 2, 9, 3)
         );
         let text = r.to_string();
         assert!(
             text.contains("7 gap requests from receivers (a message nothing reported cut), 2 for a message already released"),
+            "{text}"
+        );
+        assert!(
+            text.contains("9 tail probes from senders, 3 named a message its receiver lacked"),
             "{text}"
         );
         assert!(
@@ -886,6 +914,7 @@ mod tests {
         );
         assert!(!quiet.to_string().contains("parked"), "{quiet}");
         assert!(!quiet.to_string().contains("gap requests"), "{quiet}");
+        assert!(!quiet.to_string().contains("tail probes"), "{quiet}");
     }
 
     #[test]

@@ -34,6 +34,14 @@ pub struct SbrpStats {
     /// Gap requests for a message this host no longer retained.
     #[serde(default)]
     pub gap_rrq_unanswered: u64,
+    /// Tail probes this host sent as a sender: one per flow whose newest
+    /// message no newer one followed within the probe wait.
+    #[serde(default)]
+    pub tail_probes_sent: u64,
+    /// Tail probes this host received that named a message it lacked:
+    /// each opened a gap for gap recovery.
+    #[serde(default)]
+    pub tail_probe_gaps: u64,
 }
 
 /// Summary of a host's route table (per destination), for its report.

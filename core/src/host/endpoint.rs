@@ -757,6 +757,9 @@ impl HostEndpoint {
                 if done {
                     if let Some(p) = self.lanes[lane].take() {
                         self.source.packet_done(&p, now);
+                        for h in &mut self.hooks {
+                            h.hook.on_packet_sent(&p, now);
+                        }
                         if !self.data_out.is_empty() {
                             self.prune_data();
                         }

@@ -51,6 +51,9 @@ pub trait HostHook: Any + Send + Debug {
         None
     }
 
+    /// `packet`'s last flit has been handed to the link (a resend's too).
+    fn on_packet_sent(&mut self, _packet: &OutPacket, _now: u64) {}
+
     /// The head of a packet about to leave the host.
     fn shape_head(&mut self, _head: &mut Head) {}
 

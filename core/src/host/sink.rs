@@ -354,20 +354,37 @@ impl Sink {
     }
 
     /// In-order mode: the message numbers of `src`'s flow missing below
-    /// its highest held message (neither delivered nor held), the first
-    /// `at_most`, with their ids.
-    pub fn missing_before_held(&self, src: HostId, at_most: usize) -> Vec<(u32, u64)> {
-        let Some(flow) = self.flows.get(&src) else {
+    /// its highest held message and, with `through`, up to and including
+    /// that number (neither delivered nor held), the first `at_most`,
+    /// with their ids.
+    pub fn missing_before_held(
+        &self,
+        src: HostId,
+        through: Option<u32>,
+        at_most: usize,
+    ) -> Vec<(u32, u64)> {
+        let flow = self.flows.get(&src);
+        let held = flow.and_then(|f| f.held.last_key_value()).map(|(&h, _)| h);
+        let end = held.max(through.map(|t| t.saturating_add(1)));
+        let Some(end) = end else {
             return Vec::new();
         };
-        let Some((&highest, _)) = flow.held.last_key_value() else {
-            return Vec::new();
-        };
-        (flow.watermark..highest)
-            .filter(|&seq| !flow.delivered(seq))
+        (flow.map_or(0, |f| f.watermark)..end)
+            .filter(|&seq| !flow.is_some_and(|f| f.delivered(seq)))
             .take(at_most)
             .map(|seq| (seq, message_id(self.cfg.host, seq)))
             .collect()
+    }
+
+    /// In-order mode: if message number `seq` of `src`'s flow is neither
+    /// delivered nor held, the number the flow's delivery waits for (it
+    /// or an earlier one); `None` once it has arrived.
+    pub fn awaits(&self, src: HostId, seq: u32) -> Option<u32> {
+        match self.flows.get(&src) {
+            Some(f) if f.delivered(seq) => None,
+            Some(f) => Some(f.watermark),
+            None => Some(0),
+        }
     }
 
     /// The first flit of `[from, to)` of message `msg` from `src` not yet

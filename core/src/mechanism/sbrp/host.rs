@@ -21,20 +21,20 @@
 //!   carries no data.
 
 use super::{
-    is_gap_rrq, is_parked_notice, is_relayed_rrq, is_rrq, receiver_rrq_flit, relayed_rrq,
-    rrq_from_receiver, RecoveryProtocol, GAP_RRQ_SSNF,
+    is_gap_rrq, is_parked_notice, is_relayed_rrq, is_rrq, is_tail_probe, receiver_rrq_flit,
+    relayed_rrq, rrq_from_receiver, tail_probe_flit, RecoveryProtocol, GAP_RRQ_SSNF,
 };
 use crate::flit::{flags, Flit};
 pub use crate::host::counters::SbrpStats;
 use crate::host::endpoint::HostReport;
 use crate::host::endpoint::{ConfigError, HostEndpoint};
 use crate::host::hook::HostHook;
-use crate::host::message::{OutPacket, Packetiser};
+use crate::host::message::{split_message_id, OutPacket, Packetiser};
 use crate::host::retained::ReleasePolicy;
 use crate::mechanism::hook_any;
 use crate::topology::HostId;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Host-side SBRP parameters.
 ///
@@ -418,10 +418,19 @@ struct Gap {
 /// with an RRQ to the sender per missing message below the last one held
 /// (first missing flit, [`GAP_RRQ_SSNF`]), which resends it if it still
 /// retains it, [`GAP_RRQS`] times per gap.
+///
+/// A lost message that is the last of its flow leaves no later one to
+/// reveal the gap: its sender's [`TailProbes`] name the flow's newest
+/// message to the receiver, which notes it here ([`GapRecovery::note_tail`])
+/// when it lacks it; the flow then has a gap up to and including that
+/// message, waited for and asked for as any other.
 #[derive(Clone, Debug, Default)]
 pub struct GapRecovery {
     /// Per source, the gap its flow waits on.
     gaps: BTreeMap<HostId, Gap>,
+    /// Per source, the newest message number a tail probe named that had
+    /// not arrived when the probe came, until it arrives or is asked for.
+    tails: BTreeMap<HostId, u32>,
 }
 
 impl GapRecovery {
@@ -443,9 +452,37 @@ impl GapRecovery {
         self.gaps = open;
     }
 
-    /// Gap requests due at `now`. `missing(src)` lists the missing messages
-    /// of `src`'s flow (at most [`GAP_MESSAGES`]), each with its id and
-    /// first missing flit.
+    /// A tail probe from `src` named message number `seq`, which has not
+    /// arrived: the flow has a gap up to it.
+    pub fn note_tail(&mut self, src: HostId, seq: u32) {
+        let t = self.tails.entry(src).or_insert(seq);
+        *t = (*t).max(seq);
+    }
+
+    /// Whether a probed tail is waited for.
+    pub fn has_tails(&self) -> bool {
+        !self.tails.is_empty()
+    }
+
+    /// The gaps the probed tails open (source, number the flow waits for,
+    /// from `awaits(src, seq)`, `None` once `seq` has arrived); tails that
+    /// have arrived are forgotten.
+    pub fn tail_gaps(&mut self, awaits: impl Fn(HostId, u32) -> Option<u32>) -> Vec<(HostId, u32)> {
+        let mut open = Vec::new();
+        self.tails.retain(|&src, &mut seq| match awaits(src, seq) {
+            Some(first) => {
+                open.push((src, first));
+                true
+            }
+            None => false,
+        });
+        open
+    }
+
+    /// Gap requests due at `now`. `missing(src, tail)` lists the missing
+    /// messages of `src`'s flow below its last one held and up to `tail`,
+    /// its probed tail if any (at most [`GAP_MESSAGES`]), each with its id
+    /// and first missing flit.
     #[allow(clippy::too_many_arguments)]
     pub fn due_rrqs(
         &mut self,
@@ -455,7 +492,7 @@ impl GapRecovery {
         wait: u64,
         packetiser: &Packetiser,
         vc: u8,
-        missing: impl Fn(HostId) -> Vec<(u64, u32)>,
+        missing: impl Fn(HostId, Option<u32>) -> Vec<(u64, u32)>,
         out: &mut VecDeque<Flit>,
     ) -> u64 {
         let mut sent = 0;
@@ -463,7 +500,10 @@ impl GapRecovery {
             if gap.at > now || gap.rrqs >= GAP_RRQS {
                 continue;
             }
-            for (msg, flit) in missing(src) {
+            // Asked for now, the probed tail needs no more watching: the
+            // gap is asked for once, whether or not it stays open.
+            let tail = self.tails.remove(&src);
+            for (msg, flit) in missing(src, tail) {
                 let packet = flit / packetiser.max_packet_flits.max(1);
                 // SBRP-0 resends whole packets (§5.4).
                 let from = if cfg.protocol == RecoveryProtocol::Sbrp0 {
@@ -505,11 +545,95 @@ impl GapRecovery {
     /// Forgets every gap (no flow waits any more).
     pub fn clear(&mut self) {
         self.gaps.clear();
+        self.tails.clear();
     }
 
     /// Stops asking a dead source (it will never resend).
     pub fn forget_source(&mut self, src: HostId) {
         self.gaps.remove(&src);
+        self.tails.remove(&src);
+    }
+}
+
+/// How long a sender waits after a flow's newest message left, with no
+/// newer one, before it probes the flow's tail: half of `gap_wait`. The
+/// receiver that lacks the message waits `gap_wait` more before it asks,
+/// so the request leaves 3/4 of the hold window (`2 × gap_wait` in the
+/// daemons and `flitctl sim`) after the message did: the sender still
+/// retains it, with a quarter of the window (`dead_after / 2` + 125 ms)
+/// for the probe's and the request's trips. Far above a delivery's
+/// latency, so a flow that goes on sending is rarely probed.
+pub fn tail_probe_wait(gap_wait: u64) -> u64 {
+    gap_wait / 2
+}
+
+/// The sender half of the tail-loss probe (flitnet's addition, see
+/// `docs/sbrp.md` "Receiver gap recovery"): per destination, the newest
+/// message sent and when its probe is due. A message a fault cut with no
+/// report that reaches the sender, and that is the last of its flow,
+/// leaves its receiver no later message to reveal the gap; the probe, one
+/// flit naming that message, does. One probe per flow tail: a newer
+/// message re-arms it, a resend does not.
+#[derive(Clone, Debug, Default)]
+pub struct TailProbes {
+    /// Per destination, the newest message sent.
+    newest: BTreeMap<HostId, u64>,
+    /// (due time, destination) of the probes not yet sent.
+    due: BTreeSet<(u64, HostId)>,
+    /// Per destination with a probe armed, its due time.
+    armed: BTreeMap<HostId, u64>,
+}
+
+impl TailProbes {
+    /// A packet of message `msg` left at `now`: if the message is its
+    /// flow's newest (or newer), the flow's probe is due `wait` later.
+    pub fn sent(&mut self, now: u64, wait: u64, msg: u64) {
+        let (dst, seq) = split_message_id(msg);
+        if self
+            .newest
+            .get(&dst)
+            .is_some_and(|&m| split_message_id(m).1 > seq)
+        {
+            return;
+        }
+        self.newest.insert(dst, msg);
+        self.forget(dst);
+        let at = now.saturating_add(wait);
+        self.due.insert((at, dst));
+        self.armed.insert(dst, at);
+    }
+
+    /// The probes due at `now`: (destination, its newest message), each
+    /// once.
+    pub fn take_due(&mut self, now: u64) -> Vec<(HostId, u64)> {
+        let mut out = Vec::new();
+        while let Some(&(at, dst)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            self.armed.remove(&dst);
+            if let Some(&msg) = self.newest.get(&dst) {
+                out.push((dst, msg));
+            }
+        }
+        out
+    }
+
+    /// Disarms the probe of `dst`'s flow (a destination known down).
+    pub fn forget(&mut self, dst: HostId) {
+        if let Some(at) = self.armed.remove(&dst) {
+            self.due.remove(&(at, dst));
+        }
+    }
+
+    pub fn next_due(&self) -> Option<u64> {
+        self.due.first().map(|&(at, _)| at)
+    }
+
+    /// Probes armed.
+    pub fn waiting(&self) -> usize {
+        self.due.len()
     }
 }
 
@@ -526,8 +650,10 @@ pub struct SbrpHost {
     sender: SenderRecovery,
     receiver: ReceiverRecovery,
     gaps: GapRecovery,
+    probes: TailProbes,
     stats: SbrpStats,
-    /// One-flit control packets (RRQs) waiting for an idle lane.
+    /// One-flit control packets (RRQs, tail probes) waiting for an idle
+    /// lane.
     control_out: VecDeque<Flit>,
 }
 
@@ -538,6 +664,7 @@ impl SbrpHost {
             sender: SenderRecovery::default(),
             receiver: ReceiverRecovery::new(vcs),
             gaps: GapRecovery::default(),
+            probes: TailProbes::default(),
             stats: SbrpStats::default(),
             control_out: VecDeque::new(),
         }
@@ -551,6 +678,26 @@ impl SbrpHost {
 
     fn is_on(&self) -> bool {
         self.cfg.protocol.is_on()
+    }
+
+    /// A tail probe reached this host as a receiver: if the message it
+    /// names (the newest its sender sent here) has not arrived, the flow
+    /// has a gap up to it, which gap recovery waits for and asks for.
+    /// Without gap recovery, or from a source known dead, it is ignored.
+    fn on_tail_probe(&mut self, host: &HostEndpoint, probe: &Flit) {
+        let Some(src) = probe.head.as_ref().map(|h| h.src) else {
+            return;
+        };
+        let (dst, seq) = split_message_id(probe.msg);
+        if self.cfg.gap_wait_ns.is_none()
+            || dst != host.cfg.host
+            || host.source.destinations_down().any(|d| d == src)
+            || host.sink.awaits(src, seq).is_none()
+        {
+            return;
+        }
+        self.gaps.note_tail(src, seq);
+        self.stats.tail_probe_gaps += 1;
     }
 
     /// A recover request reached this host as a sender (the paper's §5.3
@@ -644,6 +791,10 @@ impl HostHook for SbrpHost {
         if !(self.is_on() && is_rrq(flit)) {
             return false;
         }
+        if is_tail_probe(flit) {
+            self.on_tail_probe(host, flit);
+            return true;
+        }
         if is_parked_notice(flit) {
             // A switch parked the request for this packet until its
             // tables change. The request normally follows; should that
@@ -690,6 +841,17 @@ impl HostHook for SbrpHost {
     fn on_peer_down(&mut self, peer: HostId) {
         self.receiver.forget_source(peer);
         self.gaps.forget_source(peer);
+        self.probes.forget(peer);
+    }
+
+    fn on_packet_sent(&mut self, packet: &OutPacket, now: u64) {
+        // A resend re-arms nothing: the probe is for the flow's newest
+        // message, once.
+        if let Some(wait) = self.cfg.gap_wait_ns.filter(|_| self.is_on()) {
+            if packet.flags & flags::RETRANSMISSION == 0 {
+                self.probes.sent(now, tail_probe_wait(wait), packet.msg.id);
+            }
+        }
     }
 
     fn after_receive(&mut self, host: &mut HostEndpoint, now: u64) {
@@ -718,8 +880,24 @@ impl HostHook for SbrpHost {
             |src, msg, from, to| sink.first_missing(src, msg, from, to),
             &mut self.control_out,
         );
-        if let Some(wait) = self.cfg.gap_wait_ns.filter(|_| sink.held_messages() > 0) {
-            self.gaps.observe(now, wait, sink.order_gaps());
+        if self.cfg.gap_wait_ns.is_some() {
+            for (dst, msg) in self.probes.take_due(now) {
+                // Not to a destination known down (nothing would answer),
+                // nor about a message no longer retained (nothing could
+                // be resent).
+                if host.source.destinations_down().all(|d| d != dst)
+                    && host.source.retained().get(msg).is_some()
+                {
+                    self.control_out
+                        .push_back(tail_probe_flit(host.cfg.host, dst, msg, vc, now));
+                    self.stats.tail_probes_sent += 1;
+                }
+            }
+        }
+        let waits = sink.held_messages() > 0 || self.gaps.has_tails();
+        if let Some(wait) = self.cfg.gap_wait_ns.filter(|_| waits) {
+            let tails = self.gaps.tail_gaps(|src, seq| sink.awaits(src, seq));
+            self.gaps.observe(now, wait, sink.order_gaps().chain(tails));
             for dead in host.source.destinations_down() {
                 self.gaps.forget_source(dead);
             }
@@ -730,8 +908,8 @@ impl HostHook for SbrpHost {
                 wait,
                 &packetiser,
                 vc,
-                |src| {
-                    sink.missing_before_held(src, GAP_MESSAGES)
+                |src, tail| {
+                    sink.missing_before_held(src, tail, GAP_MESSAGES)
                         .into_iter()
                         .filter_map(|(_, msg)| {
                             sink.first_missing(src, msg, 0, u32::MAX)
@@ -742,7 +920,7 @@ impl HostHook for SbrpHost {
                 &mut self.control_out,
             );
         } else {
-            // Nothing held for order: no flow waits.
+            // Nothing held for order, no probed tail: no flow waits.
             self.gaps.clear();
         }
     }
@@ -764,6 +942,7 @@ impl HostHook for SbrpHost {
             self.sender.next_due().filter(|&t| t > now),
             self.receiver.next_due(),
             self.gaps.next_due(),
+            self.probes.next_due(),
         ]
         .into_iter()
         .flatten()
@@ -775,6 +954,7 @@ impl HostHook for SbrpHost {
             + self.gaps.waiting()
             + self.sender.pending()
             + self.sender.noticed()
+            + self.probes.waiting()
             + self.control_out.len()
     }
 
@@ -924,8 +1104,8 @@ mod tests {
         let mut g = GapRecovery::default();
         let mut out = VecDeque::new();
         // Messages 7 (flits from 6 on missing) and 8 (nothing arrived).
-        let missing = |src: HostId| {
-            assert_eq!(src, 9);
+        let missing = |src: HostId, tail: Option<u32>| {
+            assert_eq!((src, tail), (9, None));
             vec![(7, 6), (8, 0)]
         };
         g.observe(100, wait, [(9, 7)].into_iter());
@@ -958,6 +1138,30 @@ mod tests {
         assert_eq!(g.next_due(), Some(10_000), "a new gap is waited for afresh");
         g.observe(9_500, wait, std::iter::empty());
         assert_eq!(g.waiting(), 0);
+    }
+
+    /// One probe per flow tail: due `wait` after the flow's newest message
+    /// left, sent once; a packet of an older message does not move it, a
+    /// newer message re-arms it, a destination known down disarms it.
+    #[test]
+    fn a_flows_tail_is_probed_once_per_newest_message() {
+        use crate::host::message::message_id;
+        let mut p = TailProbes::default();
+        let (m0, m1) = (message_id(4, 0), message_id(4, 1));
+        p.sent(100, 50, m0);
+        p.sent(120, 50, m1);
+        p.sent(130, 50, m0);
+        p.sent(140, 50, message_id(5, 0));
+        assert_eq!((p.next_due(), p.waiting()), (Some(170), 2));
+        assert!(p.take_due(169).is_empty());
+        assert_eq!(p.take_due(170), [(4, m1)]);
+        assert_eq!(p.take_due(190), [(5, message_id(5, 0))]);
+        assert_eq!((p.next_due(), p.waiting()), (None, 0));
+        assert!(p.take_due(10_000).is_empty(), "once per tail");
+        p.sent(10_000, 50, message_id(4, 2));
+        assert_eq!(p.next_due(), Some(10_050), "a new tail is probed afresh");
+        p.forget(4);
+        assert_eq!((p.next_due(), p.waiting()), (None, 0));
     }
 
     /// SBRP-2's receiver sends its RRQ `report_delay_ns` after the NFT (its

@@ -243,7 +243,7 @@ fn run_faults_rounds(
             }
         }
     }
-    finish(f, &name, n, &dead_hosts, dead, rounds)
+    finish(&mut f, &name, n, &dead_hosts, dead, rounds)
 }
 
 /// [`Fault::RestartSwitch`]: switch `s` is replaced by a fresh one with
@@ -314,7 +314,7 @@ fn kill_switch(f: &mut Fabric<Switch>, topo: &Topology, dead: u32, around: Aroun
 
 /// Runs until the live hosts are done, then checks every live flow.
 fn finish(
-    mut f: Fabric<Switch>,
+    f: &mut Fabric<Switch>,
     name: &str,
     n: u32,
     dead_hosts: &[u32],
@@ -697,4 +697,111 @@ fn a_router_killed_again_after_a_restart_loses_nothing() {
             }
         }
     }
+}
+
+/// All-to-all once on a 2-cube (every flow one message long, so each
+/// message is its flow's tail), with gap recovery and its tail probes on,
+/// host 0's cable pulled for the first 100 µs of traffic when `lose`:
+/// whatever host 0 sends, and whatever its switch sends it, vanishes
+/// whole (one-flit messages) where no switch sees it cut, and the cable
+/// is back long before either end would declare the other dead (no link
+/// retraining either: the lost flits are written off by sync records).
+/// No NFT, no RRQ, no later message reveals a loss. Returns the outcome
+/// ([`finish`] checks every flow delivered exactly once, in order) and
+/// the hosts' SBRP counters summed.
+fn lone_messages(lose: bool) -> (Outcome, SbrpStats) {
+    let topo = hypercube(2).unwrap();
+    let mut host = host_cfg_rounds(1, 7, 1);
+    host.link.retrain_ns = 0;
+    let cfg = SimConfig {
+        host,
+        switching: Switching::Wormhole,
+        switch_timing: SwitchTiming::default(),
+        wire_ns: 100,
+    };
+    let tables = shortest_path_lfts(&topo);
+    let mut f = build_fabric(topo.clone(), &tables, &cfg).unwrap();
+    let sbrp = SbrpConfig {
+        protocol: RecoveryProtocol::Sbrp2,
+        resend_delay_ns: 2_000,
+        report_delay_ns: 0,
+        switch_report_delay_ns: 0,
+        nft_wait_ns: 100_000,
+        max_receiver_rrqs: 8,
+        gap_wait_ns: Some(HOLD_NS / 2),
+    };
+    for h in &mut f.hosts {
+        h.set_recovery(sbrp.clone()).unwrap();
+    }
+    for s in &mut f.switches {
+        s.set_recovery(sbrp.protocol);
+    }
+    // The links first hear their peers (a port never heard carries
+    // nothing, and a switch drops and reports what it routes to one).
+    f.wake_all();
+    let start_ns = 1_000_000;
+    f.run_until(start_ns);
+    let cable = topo.link_at(PortRef::host(0, 0)).unwrap();
+    if lose {
+        f.set_cable(cable, false);
+    }
+    f.start(start_ns);
+    f.run_until(start_ns + 100_000);
+    let n = topo.num_hosts() as u32;
+    if lose {
+        assert_eq!(
+            f.hosts[0].report().source.messages_sent,
+            u64::from(n - 1),
+            "host 0 sent everything into the pulled cable"
+        );
+        f.set_cable(cable, true);
+    }
+    let out = finish(&mut f, "lone messages", n, &[], None, 1);
+    let mut t = SbrpStats::default();
+    for h in &f.hosts {
+        let s = h.sbrp_stats();
+        t.tail_probes_sent += s.tail_probes_sent;
+        t.tail_probe_gaps += s.tail_probe_gaps;
+        t.gap_rrq_sent += s.gap_rrq_sent;
+        t.resent_packets += s.resent_packets;
+        t.rrq_sent += s.rrq_sent;
+        t.rrq_received += s.rrq_received;
+    }
+    (out, t)
+}
+
+/// The flows host 0 sent into its pulled cable, and those its switch sent
+/// it, each lost whole with its flow's only message: nothing reports them
+/// and no later message reveals them. Each sender probes each flow's
+/// tail; the receivers that lack it ask for it as for any gap, and get
+/// it from the retained copy (`finish`: every flow delivered, once).
+#[test]
+fn a_flows_only_message_lost_unreported_is_recovered_by_the_tail_probe() {
+    let (out, s) = lone_messages(true);
+    // Host 0's 3 flows and the 3 toward it.
+    assert_eq!(out.recovered, 6, "{out:?} {s:?}");
+    assert_eq!((s.tail_probe_gaps, s.gap_rrq_sent), (6, 6), "{s:?}");
+    assert_eq!(s.resent_packets, 6, "{s:?}");
+    assert_eq!(s.rrq_sent, 0, "nothing saw a cut: {s:?}");
+    // One probe per flow, none repeated.
+    assert_eq!(s.tail_probes_sent, 12, "{s:?}");
+}
+
+/// Nothing lost: each flow's tail is probed once, the probe finds it
+/// delivered, and nothing is asked for or resent.
+#[test]
+fn a_delivered_tail_is_probed_once_and_asks_for_nothing() {
+    let (out, s) = lone_messages(false);
+    assert_eq!(out.recovered, 0, "{out:?}");
+    assert_eq!(s.tail_probes_sent, 12, "{s:?}");
+    assert_eq!(
+        (
+            s.tail_probe_gaps,
+            s.gap_rrq_sent,
+            s.rrq_received,
+            s.resent_packets
+        ),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
 }

@@ -215,6 +215,40 @@ pub fn is_parked_notice(f: &Flit) -> bool {
             .is_some_and(|h| h.msg_flits == PARKED_NOTICE_MSG_FLITS)
 }
 
+/// `msg_flits` of a tail probe (flitnet's addition beside receiver gap
+/// recovery, `docs/sbrp.md` "Receiver gap recovery"): a one-flit packet
+/// flagged like an RRQ so that the receiver's SBRP unit takes it, but
+/// going from a sender to a receiver, `msg` naming the newest message the
+/// sender sent it (the message id holds the per-destination number the
+/// receiver's in-order sink orders the flow by). Switches forward it as
+/// they do any one-flit packet and, like a notice, drop it when its route
+/// is dead: it is best effort, and neither reported nor parked.
+pub const TAIL_PROBE_MSG_FLITS: u32 = 6;
+
+/// The tail probe from `sender` to `to` naming message `msg`.
+pub fn tail_probe_flit(sender: HostId, to: HostId, msg: u64, vc: u8, now: u64) -> Flit {
+    let mut f = rrq_flit(sender, to, msg, 0, 0, 0, vc, now);
+    if let Some(h) = f.head.as_mut() {
+        h.msg_flits = TAIL_PROBE_MSG_FLITS;
+    }
+    f
+}
+
+/// Whether `f` is a tail probe.
+pub fn is_tail_probe(f: &Flit) -> bool {
+    is_rrq(f)
+        && f.head
+            .as_ref()
+            .is_some_and(|h| h.msg_flits == TAIL_PROBE_MSG_FLITS)
+}
+
+/// Whether an RRQ-flagged packet of `msg_flits` is best effort: a notice
+/// or a tail probe, dropped rather than parked or relayed when its route
+/// is dead.
+pub fn is_best_effort(msg_flits: u32) -> bool {
+    msg_flits == PARKED_NOTICE_MSG_FLITS || msg_flits == TAIL_PROBE_MSG_FLITS
+}
+
 /// Whether `f` is an RRQ relayed through its reporter.
 pub fn is_relayed_rrq(f: &Flit) -> bool {
     is_rrq(f)

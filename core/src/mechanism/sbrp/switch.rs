@@ -5,8 +5,9 @@
 //! "shadow" of packets whose tail left but may still die on the link.
 
 use super::{
-    relay_through_reporter, rrq_flit, RecoveryProtocol, NAME, PARKED_NOTICE_MSG_FLITS,
-    PASSED_ON_RRQ_MSG_FLITS, RECEIVER_RRQ_MSG_FLITS, RELAYED_RRQ_MSG_FLITS,
+    is_best_effort, relay_through_reporter, rrq_flit, RecoveryProtocol, NAME,
+    PARKED_NOTICE_MSG_FLITS, PASSED_ON_RRQ_MSG_FLITS, RECEIVER_RRQ_MSG_FLITS,
+    RELAYED_RRQ_MSG_FLITS, TAIL_PROBE_MSG_FLITS,
 };
 use crate::flit::{route_flags, Flit};
 use crate::mechanism::hook_any;
@@ -254,7 +255,8 @@ impl SbrpHook {
                 RECEIVER_RRQ_MSG_FLITS
                 | RELAYED_RRQ_MSG_FLITS
                 | PASSED_ON_RRQ_MSG_FLITS
-                | PARKED_NOTICE_MSG_FLITS => t.msg_flits,
+                | PARKED_NOTICE_MSG_FLITS
+                | TAIL_PROBE_MSG_FLITS => t.msg_flits,
                 _ => 1,
             };
         }
@@ -290,9 +292,12 @@ impl SwitchHook for SbrpHook {
         if !(resend && self.protocol.is_on()) {
             return Some(f);
         }
-        if track.is_some_and(|t| t.is_rrq && t.msg_flits == PARKED_NOTICE_MSG_FLITS) {
+        if track.is_some_and(|t| t.is_rrq && is_best_effort(t.msg_flits)) {
             // A notice is best effort: the parked request it announces
-            // is still kept where it was parked.
+            // is still kept where it was parked. So is a tail probe: it
+            // leaves its sender long after the flow's last message, when
+            // a dead route means its receiver is cut off, not that the
+            // tables are still changing.
             return Some(f);
         }
         if track.is_some_and(|t| t.is_rrq)
