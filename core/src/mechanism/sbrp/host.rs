@@ -599,8 +599,8 @@ impl SbrpHost {
         // on: the packets after that one may be missing too (a second
         // fault cut them, or nothing of the message arrived, and then its
         // receiver does not even know how many packets it has), and the
-        // receiver asks for each gap once. They are resent whole; flits
-        // that did arrive are dropped as duplicates.
+        // receiver asks for each gap once. They are resent whole; the
+        // receiver discards what it already has.
         for packet in rrq.packet + 1..packets {
             let mut ask = rrq.clone();
             ask.packet = packet;
