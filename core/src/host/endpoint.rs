@@ -1436,6 +1436,63 @@ mod tests {
         assert_eq!(sbrp(&a).0, 0, "not resent when due");
     }
 
+    /// A receiver's gap request names its message's first missing flit,
+    /// once per gap; the packets after it may be missing too (two dead
+    /// switches in a row lost one packet with no report and a report of
+    /// the next died with the second switch; or nothing of the message
+    /// arrived, and its receiver does not know how many packets it has).
+    /// The sender resends the message from that flit on: the named packet
+    /// from the flit, every later one whole. Any other request stays one
+    /// packet's.
+    #[test]
+    fn a_gap_request_resends_the_message_from_its_first_missing_flit_on() {
+        use super::super::message::message_id;
+        use crate::mechanism::sbrp::host::{SbrpConfig, SbrpHost};
+        use crate::mechanism::sbrp::{receiver_rrq_flit, RecoveryProtocol, GAP_RRQ_SSNF};
+        let one = |host| {
+            let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
+            c.source.length = MessageLength::Fixed { flits: 32 };
+            c.source.max_packet_flits = 8;
+            c.source.max_messages = Some(1);
+            c.source.release = ReleasePolicy::HoldFor {
+                hold_ns: 1_000_000_000,
+            };
+            let mut e = HostEndpoint::new(c).unwrap();
+            e.set_recovery(SbrpConfig {
+                protocol: RecoveryProtocol::Sbrp2,
+                resend_delay_ns: 380,
+                ..SbrpConfig::default()
+            })
+            .unwrap();
+            e
+        };
+        let [mut a, _b] = run_endpoints([one(0), one(1)], 500, 50_000_000);
+        assert_eq!(a.source().retained().len(), 1, "host 0 keeps its message");
+        let msg = message_id(1, 0);
+        let sbrp = |a: &HostEndpoint| a.hook::<SbrpHost>().unwrap().resends();
+
+        // The receiver's R-4 request for packet 1 from flit 9: that packet.
+        let t = 60_000_000;
+        a.receive_for_test(t, &receiver_rrq_flit(1, 0, msg, 1, 0, 9, 0, t));
+        assert_eq!(a.sbrp_stats().resent_packets, 1);
+        assert_eq!(a.sbrp_stats().resent_flits, 7);
+        assert_eq!(sbrp(&a), (1, Some(t + 380)));
+
+        // Its gap request from flit 9: packet 1 from there (the pending
+        // resend replaced), packets 2 and 3 whole.
+        let t = t + 100;
+        let gap = receiver_rrq_flit(1, 0, msg, 1, GAP_RRQ_SSNF, 9, 0, t);
+        a.receive_for_test(t, &gap);
+        assert_eq!(a.sbrp_stats().resent_packets, 1 + 3);
+        assert_eq!(a.sbrp_stats().resent_flits, 7 + 7 + 8 + 8);
+        assert_eq!(sbrp(&a), (3, Some(t + 380)));
+        assert_eq!(
+            a.hook::<SbrpHost>().unwrap().pending_resends(),
+            [(1, 9, 2), (2, 16, 1), (3, 24, 1)],
+            "(packet, first flit, SSNF)"
+        );
+    }
+
     /// With no overhead configured for C (the default), a switch's RRQ is
     /// served after the sender's own delay only, as before the field.
     #[test]

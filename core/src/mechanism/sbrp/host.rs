@@ -29,7 +29,7 @@ pub use crate::host::counters::SbrpStats;
 use crate::host::endpoint::HostReport;
 use crate::host::endpoint::{ConfigError, HostEndpoint};
 use crate::host::hook::HostHook;
-use crate::host::message::{split_message_id, OutPacket, Packetiser};
+use crate::host::message::{split_message_id, Message, OutPacket, Packetiser};
 use crate::host::retained::ReleasePolicy;
 use crate::mechanism::hook_any;
 use crate::topology::HostId;
@@ -416,8 +416,8 @@ struct Gap {
 /// for order, the earlier one missing. A gap that lasts `gap_wait_ns`, far
 /// longer than any delivery or recovery in progress takes, is asked for
 /// with an RRQ to the sender per missing message below the last one held
-/// (first missing flit, [`GAP_RRQ_SSNF`]), which resends it if it still
-/// retains it, [`GAP_RRQS`] times per gap.
+/// (first missing flit, [`GAP_RRQ_SSNF`]), which resends the message from
+/// that flit on if it still retains it, [`GAP_RRQS`] times per gap.
 ///
 /// A lost message that is the last of its flow leaves no later one to
 /// reveal the gap: its sender's [`TailProbes`] name the flow's newest
@@ -676,6 +676,16 @@ impl SbrpHost {
         (self.sender.pending(), self.sender.next_due())
     }
 
+    /// Resends not yet started: (packet, first flit, SSNF).
+    #[cfg(test)]
+    pub(crate) fn pending_resends(&self) -> Vec<(u32, u32, u16)> {
+        self.sender
+            .pending
+            .iter()
+            .map(|(_, p)| (p.packet, p.first_seq, p.submsg))
+            .collect()
+    }
+
     fn is_on(&self) -> bool {
         self.cfg.protocol.is_on()
     }
@@ -704,7 +714,8 @@ impl SbrpHost {
     /// steps 5–6, §5.11.3): stop the packet if it is still being injected
     /// (its path is closed by a virtual tail), then resend it (whole in
     /// SBRP-0, from the flit the RRQ names in SBRP-1/2) with the next SSNF,
-    /// after the software overhead.
+    /// after the software overhead; for a receiver's gap request, every
+    /// later packet of the message as well.
     fn on_rrq(&mut self, host: &mut HostEndpoint, now: u64, rrq: &Flit) {
         self.stats.rrq_received += 1;
         self.sender.settle_notice(rrq);
@@ -722,10 +733,40 @@ impl SbrpHost {
         let packetiser = Packetiser {
             max_packet_flits: host.cfg.source.max_packet_flits,
         };
-        if rrq.packet >= packetiser.packets(msg.flits) {
+        let packets = packetiser.packets(msg.flits);
+        if rrq.packet >= packets {
             self.stats.unrecoverable_rrq += 1;
             return;
         }
+        self.resend(host, now, rrq, msg, &packetiser);
+        if !is_gap_rrq(rrq) {
+            return;
+        }
+        // A gap request asks for the message from its first missing flit
+        // on: the packets after that one may be missing too (a second
+        // fault cut them, or nothing of the message arrived, and then its
+        // receiver does not even know how many packets it has), and the
+        // receiver asks for each gap once. They are resent whole; the
+        // receiver discards what it already has.
+        for packet in rrq.packet + 1..packets {
+            let mut ask = rrq.clone();
+            ask.packet = packet;
+            ask.seq = packetiser.bounds(msg.flits, packet).0;
+            self.sender.settle_notice(&ask);
+            self.resend(host, now, &ask, msg, &packetiser);
+        }
+    }
+
+    /// Resends packet `rrq.packet` of `msg` as `rrq` asks (see
+    /// [`SbrpHost::on_rrq`]), unless the request is stale.
+    fn resend(
+        &mut self,
+        host: &mut HostEndpoint,
+        now: u64,
+        rrq: &Flit,
+        msg: Message,
+        packetiser: &Packetiser,
+    ) {
         let (first, len) = packetiser.bounds(msg.flits, rrq.packet);
         let (from, ssnf) = match self.sender.judge(self.cfg.protocol, rrq, first, len) {
             RrqVerdict::Stale => {
