@@ -133,6 +133,20 @@ pub struct FabricParams {
     /// docs/fidelity.md). 1 (the default, left out of the file) = none.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub time_dilation: u32,
+    /// SBRP's receiver gap recovery and its senders' tail probes,
+    /// flitnet's addition to the protocols (docs/sbrp.md, "Receiver gap
+    /// recovery"): on by default (left out of the file); off runs the
+    /// papers' protocols exactly.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub sbrp_gap_recovery: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 fn one() -> u32 {
@@ -290,8 +304,9 @@ impl FabricParams {
     /// within `dead_after`, then re-routing and the resend), so a healthy
     /// run never asks; and below the hold, so that the sender still
     /// retains a message the next one followed within the other half.
-    pub fn sbrp_gap_wait_ns(&self) -> u64 {
-        self.recovery_hold_ns() / 2
+    /// None with gap recovery off (`sbrp_gap_recovery`).
+    pub fn sbrp_gap_wait_ns(&self) -> Option<u64> {
+        self.sbrp_gap_recovery.then(|| self.recovery_hold_ns() / 2)
     }
 
     /// The link configuration of every port of the fabric, switch and host
@@ -371,6 +386,7 @@ impl Default for FabricParams {
             switch_latency: SwitchLatency::DEFAULT,
             crossbar_speedup: 1,
             time_dilation: 1,
+            sbrp_gap_recovery: true,
         }
     }
 }

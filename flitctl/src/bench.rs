@@ -279,6 +279,7 @@ impl Bench {
             switch_latency: Default::default(),
             crossbar_speedup: 1,
             time_dilation: 1,
+            sbrp_gap_recovery: true,
         }
     }
 
@@ -930,6 +931,7 @@ impl Bench {
             switch_latency: Default::default(),
             crossbar_speedup: 1,
             time_dilation: 1,
+            sbrp_gap_recovery: true,
         };
         let (fabric, took) = self.launch(topo.clone(), params, &format!("scale-{k}-{n}"))?;
         let (cpu0, t0) = (cpu_ns(&fabric), Instant::now());

@@ -423,6 +423,9 @@ pub struct FabricSection {
     /// An IP interface per host (`flitctl up --tun`, docs/ip.md; root):
     /// programs run with `flitctl exec` cross the fabric during the run.
     pub tun: bool,
+    /// SBRP's receiver gap recovery and tail probes (`flitctl up
+    /// --gap-recovery`): `on` (default) or `off`.
+    pub gap_recovery: crate::spec::OnOff,
 }
 
 /// `switch-latency:` as written (`4ft`, `250ns`).
@@ -505,6 +508,7 @@ impl Default for FabricSection {
             crossbar_speedup: None,
             time_dilation: DilationKey::default(),
             tun: false,
+            gap_recovery: crate::spec::OnOff::On,
         }
     }
 }
@@ -529,6 +533,7 @@ impl FabricSection {
             crossbar_speedup: self
                 .crossbar_speedup
                 .unwrap_or(crate::spec::DEFAULT_CROSSBAR_SPEEDUP),
+            gap_recovery: self.gap_recovery == crate::spec::OnOff::On,
         }
     }
 

@@ -31,6 +31,8 @@ pub struct FabricSpec {
     pub hoq_lifetime: HoqLifetime,
     pub switch_latency: SwitchLatency,
     pub crossbar_speedup: u8,
+    /// SBRP's receiver gap recovery and tail probes (flitnet's addition).
+    pub gap_recovery: bool,
 }
 
 impl Default for FabricSpec {
@@ -76,6 +78,7 @@ impl FabricSpec {
             crossbar_speedup: self.crossbar_speedup,
             // Set by the front end (`--time-dilation`, `time-dilation:`).
             time_dilation: 1,
+            sbrp_gap_recovery: self.gap_recovery,
         }
     }
 
@@ -165,6 +168,12 @@ pub struct FabricArgs {
     /// `crossbar-speedup:`, else 1.
     #[arg(long)]
     pub crossbar_speedup: Option<u8>,
+    /// SBRP's receiver gap recovery and its senders' tail probes,
+    /// flitnet's addition to the papers' protocols (docs/sbrp.md,
+    /// "Receiver gap recovery"): `off` runs SBRP-0/1/2 exactly as the
+    /// thesis describes them.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub gap_recovery: OnOff,
     /// Give every host an IP interface (a TUN device `flit0` in a network
     /// namespace of its own, needs root): IP packets cross the fabric as
     /// messages, beside the generated traffic (`--pattern none`: IP only).
@@ -180,6 +189,16 @@ pub struct FabricArgs {
     /// number that reaches 1280 bytes.
     #[arg(long, requires = "tun")]
     pub tun_mtu: Option<u32>,
+}
+
+/// A feature turned on or off (`--gap-recovery on|off`, `gap-recovery:
+/// off`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    #[default]
+    On,
+    Off,
 }
 
 /// Crossbar speedup when neither a flag, a scenario nor the topology file
@@ -278,6 +297,7 @@ impl FabricArgs {
             hoq_lifetime: self.hoq_lifetime,
             switch_latency: self.switch_latency.unwrap_or_default(),
             crossbar_speedup: self.crossbar_speedup.unwrap_or(DEFAULT_CROSSBAR_SPEEDUP),
+            gap_recovery: self.gap_recovery == OnOff::On,
         }
     }
 

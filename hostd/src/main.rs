@@ -213,7 +213,7 @@ impl Daemon for HostNode {
                 Ok(source) => match self.endpoint.set_source(source, spec.seed).and_then(|()| {
                     self.endpoint.set_recovery(SbrpConfig {
                         protocol: self.cfg.fabric.recovery,
-                        gap_wait_ns: Some(self.cfg.fabric.sbrp_gap_wait_ns()),
+                        gap_wait_ns: self.cfg.fabric.sbrp_gap_wait_ns(),
                         ..SbrpConfig::default()
                     })
                 }) {
@@ -469,7 +469,7 @@ fn main() -> Result<()> {
             )?;
             endpoint.set_recovery(SbrpConfig {
                 protocol: fabric.recovery,
-                gap_wait_ns: Some(fabric.sbrp_gap_wait_ns()),
+                gap_wait_ns: fabric.sbrp_gap_wait_ns(),
                 ..SbrpConfig::default()
             })?;
             endpoint.start(flitnet_runtime::clock::now_ns());

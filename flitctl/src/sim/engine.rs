@@ -318,7 +318,7 @@ impl<'p> Sim<'p> {
             e.set_source(source.clone(), plan.spec.seed)?;
             e.set_recovery(SbrpConfig {
                 protocol: params.recovery,
-                gap_wait_ns: Some(params.sbrp_gap_wait_ns()),
+                gap_wait_ns: params.sbrp_gap_wait_ns(),
                 ..SbrpConfig::default()
             })?;
             if let Some(m) = &plan.mechanism {
