@@ -509,3 +509,85 @@ fn a_loss_between_pairs_the_routing_cannot_connect_is_explained() {
     );
     assert!(text.contains("lost per flow: h00->h04"), "{text}");
 }
+
+/// The 7×7 mesh cell of SBRP's reproduction (SBRP-0, local rerouting, the
+/// thesis's fault handling: r16 and r32 SIGKILLed and their neighbours
+/// told, 8 flows through them, `--dead-after 1s`), with a router on four of
+/// the flows' paths, r23, stopped for 1.5 s from 1 s: what a daemon starved
+/// of CPU on an undilated 2-core machine does. Its neighbours take it for
+/// dead (nobody told them otherwise), cut and park the packets toward it,
+/// and in faithful mode nothing unparks them: without gap recovery (the
+/// thesis's protocol) the flows behind them lose messages, as one live run
+/// of the cell did; with it, every message arrives (docs/sbrp.md, "The
+/// 843-message cell").
+#[test]
+fn a_starved_router_in_the_mesh_cell_loses_messages_only_without_gap_recovery() {
+    let dir = scratch("mesh-cell");
+    std::fs::create_dir_all(&dir).unwrap();
+    let perm = dir.join("through-r16-r32.txt");
+    std::fs::write(&perm, "0 46\n1 44\n2 39\n3 37\n4 30\n5 23\n14 48\n15 47\n").unwrap();
+    let topo = topology("mesh-7x7.yaml");
+    let pattern = format!("permutation:{}", perm.display());
+    let run = |gap_recovery: &str| {
+        flitctl_json(&[
+            "sim",
+            topo.to_str().unwrap(),
+            "--pattern",
+            &pattern,
+            "--engine",
+            "local-reroute",
+            "--recovery",
+            "none",
+            "--buffer-depth",
+            "8",
+            "--dead-after",
+            "1000ms",
+            "--bandwidth",
+            "20000",
+            "--message-flits",
+            "8",
+            "--max-packet-flits",
+            "8",
+            "--load",
+            "0.15",
+            "--kill-switch",
+            "r16",
+            "--kill-switch",
+            "r32",
+            "--kill-every",
+            "600ms",
+            "--kill-at",
+            "800ms",
+            "--notify-neighbours",
+            "--recovery-protocol",
+            "sbrp0",
+            "--duration",
+            "3s",
+            "--seed",
+            "1",
+            "--stop-switch",
+            "r23",
+            "--stop-at",
+            "1s",
+            "--stop-for",
+            "1500ms",
+            "--gap-recovery",
+            gap_recovery,
+        ])
+        .unwrap()
+    };
+    let n = |r: &serde_json::Value, k: &str| r["totals"][k].as_u64().unwrap();
+    let off = run("off");
+    assert!(n(&off, "messages_lost") > 0, "{off:#}");
+    assert!(n(&off, "rrq_parked") > 0, "{off:#}");
+    assert_eq!(n(&off, "gap_requests"), 0);
+    let on = run("on");
+    assert_eq!(n(&on, "messages_lost"), 0, "{on:#}");
+    assert!(n(&on, "gap_requests") > 0, "{on:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "mesh cell, r23 stopped 1.5 s: without gap recovery {} sent, {} lost, {} parked; with it {} sent, {} lost, {} gap requests",
+        n(&off, "messages_sent"), n(&off, "messages_lost"), n(&off, "rrq_parked"),
+        n(&on, "messages_sent"), n(&on, "messages_lost"), n(&on, "gap_requests")
+    );
+}
