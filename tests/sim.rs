@@ -591,3 +591,20 @@ fn a_starved_router_in_the_mesh_cell_loses_messages_only_without_gap_recovery() 
         n(&on, "messages_sent"), n(&on, "messages_lost"), n(&on, "gap_requests")
     );
 }
+
+/// A switch stopped for longer than detection and run again (`--stops`):
+/// its neighbours failed their ports toward it and cut what crossed them,
+/// it saw nothing wrong. Its links retrain before carrying data again, so
+/// neither side goes on with worms the other cut (a 4×3 mesh, SBRP-2,
+/// `r05` stopped for 3 × dead_after; 41 messages lost before).
+#[test]
+fn a_switch_back_from_a_stop_retrains_and_loses_nothing() {
+    let out = flitctl(&["sim", "--replay", "11343954407426422634", "--stops"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("every invariant held"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("stop-switch"), "{text}");
+}
