@@ -423,13 +423,7 @@ fn the_swarm_failures_fixed_stay_fixed() {
         // request brings back the whole rest of the message.
         "16992586457760084087",
     ] {
-        let out = flitctl(&["sim", "--replay", seed]).unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("every invariant held"),
-            "seed {seed}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        replays_clean(&[seed]);
     }
 }
 
@@ -446,13 +440,7 @@ fn a_switch_restarted_faster_than_detection_loses_nothing() {
         "18243925119494282857",
         "1842631820495377514",
     ] {
-        let out = flitctl(&["sim", "--replay", seed]).unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("every invariant held"),
-            "seed {seed}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        replays_clean(&[seed]);
     }
 }
 
@@ -599,12 +587,18 @@ fn a_starved_router_in_the_mesh_cell_loses_messages_only_without_gap_recovery() 
 /// `r05` stopped for 3 × dead_after; 41 messages lost before).
 #[test]
 fn a_switch_back_from_a_stop_retrains_and_loses_nothing() {
-    let out = flitctl(&["sim", "--replay", "11343954407426422634", "--stops"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = replays_clean(&["11343954407426422634", "--stops"]);
+    assert!(text.contains("stop-switch"), "{text}");
+}
+
+/// `flitctl sim --replay ARGS`: every invariant must hold; the output.
+fn replays_clean(args: &[&str]) -> String {
+    let out = flitctl(&[&["sim", "--replay"], args].concat()).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success() && text.contains("every invariant held"),
-        "{text}\n{}",
+        "{args:?}:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("stop-switch"), "{text}");
+    text
 }

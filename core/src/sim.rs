@@ -1505,12 +1505,9 @@ mod tests {
         all_to_all(hypercube(4).unwrap(), 3, 1);
     }
 
-    /// A switch stopped for less than keepalive detection (SIGSTOP, or a
-    /// process starved of CPU) loses nothing: what reached it waited, its
-    /// neighbours' credits held their flits back, no port went down, and
-    /// every flow is still delivered exactly once and in order.
-    #[test]
-    fn a_switch_stopped_for_less_than_detection_loses_nothing() {
+    /// A 4-ary 2-tree 20 µs into three rounds of all-to-all traffic (its
+    /// links up, packets crossing the top switches).
+    fn all_to_all_under_way() -> Fabric<Switch> {
         let topo = kary_ntree(4, 2).unwrap();
         let tables = shortest_path_lfts(&topo);
         let mut host = host_template(TrafficPattern::AllToAll { rounds: 3 }, 1, 7);
@@ -1524,6 +1521,16 @@ mod tests {
         let mut f = build_fabric(topo, &tables, &cfg).unwrap();
         f.start(0);
         f.run_until(20_000);
+        f
+    }
+
+    /// A switch stopped for less than keepalive detection (SIGSTOP, or a
+    /// process starved of CPU) loses nothing: what reached it waited, its
+    /// neighbours' credits held their flits back, no port went down, and
+    /// every flow is still delivered exactly once and in order.
+    #[test]
+    fn a_switch_stopped_for_less_than_detection_loses_nothing() {
+        let mut f = all_to_all_under_way();
         // A top switch, on half the paths; dead_after is 5 ms.
         let top = NodeRef::Switch(4);
         f.stall(top, 3_020_000);
@@ -1549,19 +1556,7 @@ mod tests {
     /// resume does not wake the dead process.
     #[test]
     fn a_stopped_switch_killed_loses_what_waited_for_it() {
-        let topo = kary_ntree(4, 2).unwrap();
-        let tables = shortest_path_lfts(&topo);
-        let mut host = host_template(TrafficPattern::AllToAll { rounds: 3 }, 1, 7);
-        host.source.load = OfferedLoad::FlitsPerSecond { rate: 2e6 };
-        let cfg = SimConfig {
-            host,
-            switching: Switching::Wormhole,
-            switch_timing: SwitchTiming::default(),
-            wire_ns: 1_000,
-        };
-        let mut f = build_fabric(topo, &tables, &cfg).unwrap();
-        f.start(0);
-        f.run_until(20_000);
+        let mut f = all_to_all_under_way();
         let top = NodeRef::Switch(4);
         f.stall(top, 1_000_000);
         f.run_until(500_000);

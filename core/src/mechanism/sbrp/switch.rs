@@ -230,6 +230,18 @@ impl SbrpHook {
         self.rrq_parked.push_back((due, rrq));
     }
 
+    /// A shadowed packet (or recover request) the port's death or its
+    /// peer's restart may have lost: reported, or the request made again.
+    fn report_shadow(&mut self, sw: &Switch, t: Tracked) {
+        if t.is_rrq {
+            self.reissue_rrq(sw, t);
+        } else {
+            self.counters.cut_packets += 1;
+            self.counters.shadow_reports += 1;
+            self.report_cut(sw, t);
+        }
+    }
+
     /// Makes again an RRQ that passed through and may have died with the
     /// port it left on; it enters through the local input and is routed
     /// anew (parked if its route is dead too). A copy that did arrive only
@@ -435,13 +447,7 @@ impl SwitchHook for SbrpHook {
                 if tail_no + at_risk <= sent {
                     continue;
                 }
-                if t.is_rrq {
-                    self.reissue_rrq(sw, t);
-                } else {
-                    self.counters.cut_packets += 1;
-                    self.counters.shadow_reports += 1;
-                    self.report_cut(sw, t);
-                }
+                self.report_shadow(sw, t);
             }
         }
     }
@@ -465,13 +471,7 @@ impl SwitchHook for SbrpHook {
                 if head_no > l.left {
                     self.shadows[p * vcs + vc].push_back((tail_no, t));
                 } else if tail_no > l.lost_after {
-                    if t.is_rrq {
-                        self.reissue_rrq(sw, t);
-                    } else {
-                        self.counters.cut_packets += 1;
-                        self.counters.shadow_reports += 1;
-                        self.report_cut(sw, t);
-                    }
+                    self.report_shadow(sw, t);
                 }
             }
         }
