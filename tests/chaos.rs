@@ -263,9 +263,12 @@ fn switches_stopped_with_sigstop_lose_nothing_under_sbrp1() {
         installed < 700.0,
         "installed after {installed} ms: {long:#}"
     );
-    assert_eq!(
-        report["run"]["unanswered"],
-        serde_json::json!([]),
+    // Both answered the controller to the end (the list is left out
+    // when empty).
+    assert!(
+        report["run"]["unanswered"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
         "{report:#}"
     );
     eprintln!(
