@@ -486,6 +486,8 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
                     ctl.fabric.set_port(live, true)?;
                 }
             }
+            // Back: its host is cut off from nobody (unless killed again).
+            faults.switches.remove(&s);
             let name = topo.node_name(NodeRef::Switch(s)).to_string();
             events.record_at(started_ns, ControllerEvent::repair("switch-restart", name));
         }
