@@ -1372,6 +1372,25 @@ mod tests {
         assert!(e.to_string().starts_with("host 1:"), "{e}");
     }
 
+    /// Host `host` of a pair, under `sbrp`, sending one message of `flits`
+    /// flits in 8-flit packets and holding it for a second.
+    fn sends_one_held_message(
+        host: u32,
+        flits: u32,
+        sbrp: crate::mechanism::sbrp::host::SbrpConfig,
+    ) -> HostEndpoint {
+        let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
+        c.source.length = MessageLength::Fixed { flits };
+        c.source.max_packet_flits = 8;
+        c.source.max_messages = Some(1);
+        c.source.release = ReleasePolicy::HoldFor {
+            hold_ns: 1_000_000_000,
+        };
+        let mut e = HostEndpoint::new(c).unwrap();
+        e.set_recovery(sbrp).unwrap();
+        e
+    }
+
     /// The software overhead (spec 003 §5.9) delays the resend: an RRQ a
     /// switch made (node C) costs C's handler and the sender's, one the
     /// receiver made only the sender's (the receiver paid its own before
@@ -1382,23 +1401,17 @@ mod tests {
         use crate::mechanism::sbrp::host::{SbrpConfig, SbrpHost};
         use crate::mechanism::sbrp::{receiver_rrq_flit, rrq_flit, RecoveryProtocol};
         let one = |host| {
-            let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
-            c.source.length = MessageLength::Fixed { flits: 8 };
-            c.source.max_packet_flits = 8;
-            c.source.max_messages = Some(1);
-            c.source.release = ReleasePolicy::HoldFor {
-                hold_ns: 1_000_000_000,
-            };
-            let mut e = HostEndpoint::new(c).unwrap();
-            e.set_recovery(SbrpConfig {
-                protocol: RecoveryProtocol::Sbrp1,
-                resend_delay_ns: 380,
-                report_delay_ns: 260,
-                switch_report_delay_ns: 260,
-                ..SbrpConfig::default()
-            })
-            .unwrap();
-            e
+            sends_one_held_message(
+                host,
+                8,
+                SbrpConfig {
+                    protocol: RecoveryProtocol::Sbrp1,
+                    resend_delay_ns: 380,
+                    report_delay_ns: 260,
+                    switch_report_delay_ns: 260,
+                    ..SbrpConfig::default()
+                },
+            )
         };
         let [mut a, _b] = run_endpoints([one(0), one(1)], 500, 50_000_000);
         assert_eq!(a.source().retained().len(), 1, "host 0 keeps its message");
@@ -1450,21 +1463,15 @@ mod tests {
         use crate::mechanism::sbrp::host::{SbrpConfig, SbrpHost};
         use crate::mechanism::sbrp::{receiver_rrq_flit, RecoveryProtocol, GAP_RRQ_SSNF};
         let one = |host| {
-            let mut c = cfg(host, TrafficPattern::Uniform, 2, InjectionVc::RoundRobin);
-            c.source.length = MessageLength::Fixed { flits: 32 };
-            c.source.max_packet_flits = 8;
-            c.source.max_messages = Some(1);
-            c.source.release = ReleasePolicy::HoldFor {
-                hold_ns: 1_000_000_000,
-            };
-            let mut e = HostEndpoint::new(c).unwrap();
-            e.set_recovery(SbrpConfig {
-                protocol: RecoveryProtocol::Sbrp2,
-                resend_delay_ns: 380,
-                ..SbrpConfig::default()
-            })
-            .unwrap();
-            e
+            sends_one_held_message(
+                host,
+                32,
+                SbrpConfig {
+                    protocol: RecoveryProtocol::Sbrp2,
+                    resend_delay_ns: 380,
+                    ..SbrpConfig::default()
+                },
+            )
         };
         let [mut a, _b] = run_endpoints([one(0), one(1)], 500, 50_000_000);
         assert_eq!(a.source().retained().len(), 1, "host 0 keeps its message");

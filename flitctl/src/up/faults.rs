@@ -43,15 +43,7 @@ impl UpFaults {
             .as_deref()
             .map(|spec| parse_switch_port(topo, spec))
             .transpose()?;
-        let kill_switches = args
-            .kill_switch
-            .iter()
-            .map(|name| match topo.find_node(name) {
-                Some(NodeRef::Switch(s)) => Ok(s),
-                Some(_) => bail!("--kill-switch {name}: that is a host, not a switch"),
-                None => bail!("--kill-switch {name}: no such switch"),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let kill_switches = switches_named(topo, "--kill-switch", &args.kill_switch)?;
         if let Some(twice) = kill_switches
             .iter()
             .enumerate()
@@ -118,15 +110,7 @@ impl Stops {
             }
             return Ok(None);
         }
-        let switches = args
-            .stop_switch
-            .iter()
-            .map(|name| match topo.find_node(name) {
-                Some(NodeRef::Switch(s)) => Ok(s),
-                Some(_) => bail!("--stop-switch {name}: that is a host, not a switch"),
-                None => bail!("--stop-switch {name}: no such switch"),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let switches = switches_named(topo, "--stop-switch", &args.stop_switch)?;
         if let Some(i) = (0..switches.len()).find(|&i| switches[..i].contains(&switches[i])) {
             bail!("--stop-switch {} twice", args.stop_switch[i]);
         }
@@ -146,4 +130,16 @@ impl Stops {
             lasts,
         }))
     }
+}
+
+/// The switches `names` (given with `flag`) name, in order.
+fn switches_named(topo: &Topology, flag: &str, names: &[String]) -> Result<Vec<SwitchId>> {
+    names
+        .iter()
+        .map(|name| match topo.find_node(name) {
+            Some(NodeRef::Switch(s)) => Ok(s),
+            Some(_) => bail!("{flag} {name}: that is a host, not a switch"),
+            None => bail!("{flag} {name}: no such switch"),
+        })
+        .collect()
 }
