@@ -650,7 +650,7 @@ impl<'p> Sim<'p> {
         // Then it asks whether those are dead, which a stopped one answers
         // once it runs again.
         for s in cut_off {
-            self.await_stalled(Some(NodeRef::Switch(s)));
+            self.await_stalled(NodeRef::Switch(s));
         }
     }
 
@@ -699,7 +699,7 @@ impl<'p> Sim<'p> {
         let (mut zeros, mut lowest, mut fell_at) = (0, u64::MAX, started);
         let stall = QUIESCE_STALL.as_nanos() as u64;
         let left = loop {
-            self.await_stalled(None);
+            self.await_stalled_switches(&[]);
             let left = self.in_flight();
             zeros = if left == 0 { zeros + 1 } else { 0 };
             if zeros >= 2 {
@@ -739,16 +739,22 @@ impl<'p> Sim<'p> {
         }
     }
 
-    /// Waits, running the fabric, until `node` (every switch: `None`) is no
-    /// longer stopped by a stall: the live controller's request to a
-    /// SIGSTOPped daemon is answered once it runs again.
-    fn await_stalled(&mut self, node: Option<NodeRef>) {
-        let until = match node {
-            Some(n) => self.fabric.stalled_until(n),
-            None => (0..self.fabric.switches.len() as SwitchId)
-                .filter_map(|s| self.fabric.stalled_until(NodeRef::Switch(s)))
-                .max(),
-        };
+    /// Waits, running the fabric, until `node` is no longer stopped by a
+    /// stall: the live controller's request to a SIGSTOPped daemon is
+    /// answered once it runs again.
+    fn await_stalled(&mut self, node: NodeRef) {
+        if let Some(t) = self.fabric.stalled_until(node).filter(|&t| t > self.now()) {
+            self.run_fabric_only(t);
+        }
+    }
+
+    /// [`Sim::await_stalled`] for every switch but those in `skip` (a
+    /// request to all of them is answered once the last runs again).
+    fn await_stalled_switches(&mut self, skip: &[SwitchId]) {
+        let until = (0..self.fabric.switches.len() as SwitchId)
+            .filter(|s| !skip.contains(s))
+            .filter_map(|s| self.fabric.stalled_until(NodeRef::Switch(s)))
+            .max();
         if let Some(t) = until.filter(|&t| t > self.now()) {
             self.run_fabric_only(t);
         }
@@ -759,13 +765,7 @@ impl<'p> Sim<'p> {
     /// controller does not ask it), and the install waits for any other
     /// stopped one.
     fn install(&mut self, tables: &RoutingTables, cut_off: &[SwitchId]) {
-        let waits_for = (0..self.fabric.switches.len() as SwitchId)
-            .filter(|s| !cut_off.contains(s))
-            .filter_map(|s| self.fabric.stalled_until(NodeRef::Switch(s)))
-            .max();
-        if let Some(t) = waits_for.filter(|&t| t > self.now()) {
-            self.run_fabric_only(t);
-        }
+        self.await_stalled_switches(cut_off);
         let h = self.fabric.hosts.len();
         for s in 0..self.fabric.switches.len() {
             let node = NodeRef::Switch(s as u32);
@@ -829,13 +829,13 @@ impl<'p> Sim<'p> {
             Op::SetLink { link, .. } => {
                 let l = &self.plan.topo.links[link as usize];
                 for end in [l.a, l.b] {
-                    self.await_stalled(Some(end.node));
+                    self.await_stalled(end.node);
                 }
             }
             Op::SetPort { end, .. } | Op::Corrupt { end, .. } | Op::WithholdCredits { end, .. } => {
-                self.await_stalled(Some(end.node))
+                self.await_stalled(end.node)
             }
-            Op::SetAllPorts { switch, .. } => self.await_stalled(Some(NodeRef::Switch(switch))),
+            Op::SetAllPorts { switch, .. } => self.await_stalled(NodeRef::Switch(switch)),
             _ => {}
         }
         let topo = &self.plan.topo;
