@@ -419,8 +419,20 @@ pub fn chaos_report(
     Ok(report)
 }
 
-/// The plan of `up`'s flags, and the elements each fault step acts on.
-pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Element>>)> {
+/// `up`'s flags as the simulator runs them.
+pub struct UpPlan {
+    pub plan: Plan,
+    /// The elements each step acts on (empty for a repair).
+    pub elements: Vec<Vec<crate::controller::Element>>,
+    /// The faults still in place at the end, which cut hosts off: killed
+    /// links, and killed switches unless `--restart-after` brings them
+    /// back (a stopped switch always runs again).
+    pub lasting: FaultSet,
+}
+
+/// The plan of `up`'s flags, the elements each fault step acts on, and
+/// the faults that last.
+pub fn up_plan(args: &UpArgs) -> Result<UpPlan> {
     use crate::controller::Element;
     let topo = crate::topo::load(&args.topology)?;
     let params = args.fabric.with_topology(&topo).params_for(&args.engine);
@@ -552,8 +564,13 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
     order.sort_by_key(|&i| (steps[i].at_ns, i));
     let steps: Vec<Step> = order.iter().map(|&i| steps[i].clone()).collect();
     let elements: Vec<Vec<Element>> = order.iter().map(|&i| elements[i].clone()).collect();
-    Ok((
-        Plan {
+    let mut lasting = FaultSet::none();
+    lasting.links.extend(kill_links.iter().copied());
+    if args.restart_after.is_none() {
+        lasting.switches.extend(kill_switches.iter().copied());
+    }
+    Ok(UpPlan {
+        plan: Plan {
             reconfiguration: Reconfiguration::choose(args.reconfiguration, &topo),
             topo,
             spec,
@@ -568,33 +585,20 @@ pub fn up_plan(args: &UpArgs) -> Result<(Plan, Vec<Vec<crate::controller::Elemen
             drain: true,
         },
         elements,
-    ))
+        lasting,
+    })
 }
 
 /// Runs `up`'s flags in the simulator; the outcome `up` prints.
 pub fn run_up(args: &UpArgs, events: Option<&Path>) -> Result<UpOutcome> {
     refuse_live_only(args)?;
-    let (plan, elements) = up_plan(args)?;
+    let UpPlan {
+        plan,
+        elements,
+        lasting,
+    } = up_plan(args)?;
     let topo = &plan.topo;
-    let mut faults = FaultSet::none();
-    for e in elements.iter().flatten() {
-        match *e {
-            crate::controller::Element::Link(l) => {
-                faults.links.insert(l);
-            }
-            crate::controller::Element::Switch(s) => {
-                faults.switches.insert(s);
-            }
-        }
-    }
-    // Restarted switches come back: only permanent faults cut hosts off.
-    if args.restart_after.is_some() {
-        faults.switches.clear();
-    }
-    // So do stopped ones (unless killed too).
-    let killed = crate::up::UpFaults::of(args, topo)?.kill_switches;
-    faults.switches.retain(|s| killed.contains(s));
-    let unreachable = report::unreachable_hosts(topo, &faults);
+    let unreachable = report::unreachable_hosts(topo, &lasting);
     let sink = open_events(events)?;
     let out = Sim::new(&plan, sink)?.run(&unreachable)?;
     let fault_log = out
