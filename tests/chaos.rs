@@ -277,6 +277,43 @@ fn switches_stopped_with_sigstop_lose_nothing_under_sbrp1() {
     );
 }
 
+/// A switch administratively killed (every port set down, its neighbours
+/// not told) and restored before their keepalive timeout: its ports drop
+/// what the neighbours go on sending, and on re-enable each resets its
+/// link (docs/wire.md, "Disabled, unbeknown to the peer"), so the
+/// neighbours fail their ports and SBRP-1's node C reports what crossed
+/// them. The receivers' gap recovery is off: only the switches' reports
+/// can bring those messages back.
+#[test]
+fn a_switch_restored_within_detection_has_its_losses_reported_by_its_neighbours() {
+    let file = scenario(
+        "restore-within-detection",
+        "kary-4-2.yaml",
+        "mechanism: sbrp1\n\
+         traffic: {pattern: uniform, load: 0.1, duration: 3s}\n\
+         fabric: {bandwidth: 20000, dead-after: 1s, gap-recovery: off}\n\
+         timeline:\n\
+         \x20 - {at: 1s, action: kill-switch, target: \"s1-0\"}\n\
+         \x20 - {at: 1300ms, action: restore-switch, target: \"s1-0\"}\n",
+    );
+    let report = chaos("restore-within-detection", &file);
+    check_recovered(report.clone(), "sbrp1");
+    let t = &report["run"]["totals"];
+    assert_eq!(t["gap_requests"], 0, "{t:#}");
+    assert!(t["rrq_from_switches"].as_u64().unwrap() > 0, "{t:#}");
+    let kill = action(&report, "kill-switch");
+    assert!(
+        kill["detection_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("dropped_while_disabled")),
+        "{kill:#}"
+    );
+    eprintln!(
+        "s1-0 disabled 300 ms: detected {} ms ({}); {} recover requests from switches, {} messages recovered",
+        kill["detection_ms"], kill["detection_reason"], t["rrq_from_switches"], t["recovered_messages"]
+    );
+}
+
 #[test]
 fn restoring_a_switch_brings_traffic_back_without_further_loss() {
     let file = scenario(

@@ -456,6 +456,14 @@ pub enum LinkErrorCause {
     /// again): what each end believes of the other's buffers and worms is
     /// stale, so both reset before data flows again.
     PeerReturned,
+    /// This end was disabled while the peer, not told, went on sending:
+    /// the flits it dropped meanwhile are lost, which the peer would
+    /// otherwise only write off from a sync record, with nothing reported.
+    /// Re-enabled before its silence was taken for death, it resets the
+    /// link, so the peer's owner fails the port and reports what crossed
+    /// it (a switch administratively killed and restored within
+    /// detection).
+    DroppedWhileDisabled,
     /// The peer's reset named a cause this end does not know.
     Unspecified,
 }
@@ -467,6 +475,7 @@ impl LinkErrorCause {
             LinkErrorCause::Malformed => "malformed",
             LinkErrorCause::SeqGap => "seq_gap",
             LinkErrorCause::PeerReturned => "peer_returned",
+            LinkErrorCause::DroppedWhileDisabled => "dropped_while_disabled",
             LinkErrorCause::Unspecified => "unspecified",
         }
     }
@@ -478,6 +487,7 @@ impl LinkErrorCause {
             LinkErrorCause::Malformed => 2,
             LinkErrorCause::SeqGap => 3,
             LinkErrorCause::PeerReturned => 4,
+            LinkErrorCause::DroppedWhileDisabled => 5,
             LinkErrorCause::Unspecified => 0,
         }
     }
@@ -488,6 +498,7 @@ impl LinkErrorCause {
             2 => LinkErrorCause::Malformed,
             3 => LinkErrorCause::SeqGap,
             4 => LinkErrorCause::PeerReturned,
+            5 => LinkErrorCause::DroppedWhileDisabled,
             _ => LinkErrorCause::Unspecified,
         }
     }
@@ -605,6 +616,12 @@ pub struct Link {
     /// as the same incarnation, both ends reset first
     /// ([`LinkErrorCause::PeerReturned`]).
     silenced: bool,
+    /// While disabled, flits from the peer arrived and were dropped: if
+    /// the peer did not know, the link resets once it is heard again
+    /// ([`LinkErrorCause::DroppedWhileDisabled`]).
+    dropped_while_disabled: bool,
+    /// When the peer was last heard (and dropped) while disabled.
+    heard_while_disabled: Option<u64>,
     /// Set when the link is brought back up administratively: if the peer
     /// stays silent for `dead_after_ns` from then, `PeerDown` is reported
     /// again (it may have died while we were not listening).
@@ -699,6 +716,8 @@ impl Link {
             admin_up: true,
             alive: false,
             silenced: false,
+            dropped_while_disabled: false,
+            heard_while_disabled: None,
             last_heard: 0,
             probe_since: None,
             tx_seq: 0,
@@ -1003,6 +1022,8 @@ impl Link {
             // A disabled link does not train; re-enabling starts afresh.
             self.retrain_until = None;
             self.reset_tx = None;
+            self.dropped_while_disabled = false;
+            self.heard_while_disabled = None;
         } else {
             self.next_sync_at = None;
             // What the peer sent while we were down was dropped on purpose,
@@ -1013,6 +1034,9 @@ impl Link {
             if !self.alive {
                 self.probe_since = Some(self.now);
             }
+            // A peer taken for dead fell silent (or took this end's
+            // silence for death): it saw the port go down.
+            self.dropped_while_disabled &= self.alive;
         }
     }
 
@@ -1164,6 +1188,8 @@ impl Link {
     ) {
         if !self.admin_up {
             self.stats.rx_dropped_down += 1;
+            self.dropped_while_disabled |= items.iter().any(|i| matches!(i, Item::Flit(_)));
+            self.heard_while_disabled = Some(now);
             return;
         }
         self.stats.rx_datagrams += 1;
@@ -1203,6 +1229,25 @@ impl Link {
             // Its datagram, and every belief about its buffers, is stale.
             self.silenced = false;
             self.link_error(now, LinkErrorCause::PeerReturned);
+            self.stats.rx_dropped_retraining += 1;
+            return;
+        }
+        // Likewise, the peer heard first after this end dropped its flits
+        // while disabled: one that went on talking all along (heard within
+        // two keepalive intervals) was never disabled itself and believes
+        // them delivered; one disabled too fell silent, and asks for a
+        // sync if it is back first. A restarted peer has a new epoch and
+        // resets both ends anyway.
+        let talked_all_along = self.heard_while_disabled.take().is_some_and(|at| {
+            now.saturating_sub(at) <= 2 * self.cfg.keepalive_interval_ns + self.cfg.propagation_ns
+        });
+        if std::mem::take(&mut self.dropped_while_disabled)
+            && talked_all_along
+            && self.peer_epoch == Some(header.epoch)
+            && !ext.sync_request
+            && self.cfg.retrain_ns > 0
+        {
+            self.link_error(now, LinkErrorCause::DroppedWhileDisabled);
             self.stats.rx_dropped_retraining += 1;
             return;
         }
@@ -2660,6 +2705,78 @@ mod tests {
         assert_eq!(events(&mut a), vec![LinkEvent::PeerUp]);
         assert!(events(&mut b).is_empty());
         assert!(a.is_up() && b.is_up());
+    }
+
+    #[test]
+    fn an_end_that_dropped_flits_while_briefly_disabled_resets_the_link_on_re_enable() {
+        // `a` is disabled for 2 ms (less than `dead_after`), its peer not
+        // told; `b` sends two flits meanwhile, which `a` drops.
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        b.send(flit(0, 0)).unwrap();
+        b.send(flit(0, 1)).unwrap();
+        let t = run(0, 2_000_000, 500_000, &mut a, &mut b, &mut pass);
+        assert!(a.stats().rx_dropped_down > 0 && b.is_peer_alive());
+        events(&mut a);
+        events(&mut b);
+        a.set_admin_up(true);
+        // `a` asks for a sync; `b`'s answer asks for none: it never saw
+        // the port go down, and `a` resets the link.
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            events(&mut a),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::DroppedWhileDisabled,
+                    by_peer: false
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        exchange(t, &mut a, &mut b, &mut pass);
+        // The peer fails its port: its owner reports what crossed it.
+        assert_eq!(
+            events(&mut b),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::DroppedWhileDisabled,
+                    by_peer: true
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        let t = run(t, t + RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!(b.credits(0), 4, "the dropped flits were written off");
+        assert_eq!(
+            LinkErrorCause::from_code(LinkErrorCause::DroppedWhileDisabled.code()),
+            LinkErrorCause::DroppedWhileDisabled
+        );
+        // Disabled as briefly with nothing sent to it: nothing to report.
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        let t = run(0, 2_000_000, 500_000, &mut a, &mut b, &mut pass);
+        events(&mut a);
+        a.set_admin_up(true);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert!(events(&mut a).is_empty() && events(&mut b).is_empty());
+        assert_eq!((a.stats().link_errors, b.stats().link_errors), (0, 0));
+        // Both ends disabled (a link kill), `b` a little later: `a` drops
+        // its flit, but `b` asks for a sync when back, so it knew.
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        b.send(flit(0, 0)).unwrap();
+        let t = run(0, 500_000, 500_000, &mut a, &mut b, &mut pass);
+        assert!(a.dropped_while_disabled);
+        b.set_admin_up(false);
+        let t = run(t, t + 3_000_000, 500_000, &mut a, &mut b, &mut pass);
+        a.set_admin_up(true);
+        b.set_admin_up(true);
+        run(t, t + 1_000_000, 500_000, &mut a, &mut b, &mut pass);
+        assert!(a.is_up() && b.is_up());
+        assert_eq!((a.stats().link_errors, b.stats().link_errors), (0, 0));
+        assert_eq!(b.credits(0), 4, "the dropped flit was written off");
     }
 
     #[test]

@@ -20,7 +20,6 @@
 //! shorter traffic. `flitctl sim --replay SEED` runs one seed again.
 
 use crate::controller::decide::Settle;
-use crate::report::ActionTiming;
 use crate::scenario::{
     Action, ActionKind, FabricSection, Mechanism, Scenario, ScenarioFile, Target, Time,
     TrafficSection,
@@ -698,32 +697,6 @@ fn failure_class(case: &Case, sbrp: bool, violations: &[String]) -> &'static str
     }
 }
 
-/// A switch administratively killed and restored before its neighbours'
-/// keepalive timeout: its own ports were set down, the neighbours were not
-/// told, and they never see it go. What they sent meanwhile was discarded
-/// at its disabled ports, and it comes back under the same incarnation, so
-/// no switch sees a cut or a restart and SBRP has nothing to recover from
-/// (docs/sbrp.md, "Still open"). A SIGKILL restarted as fast is not
-/// covered: the neighbours hear the new incarnation and treat it as a cut
-/// of what crossed the port. Judged by when the actions took effect
-/// (`actions`, the report's), not by the schedule: a step due during a
-/// re-route takes effect when the re-route ends.
-fn restart_before_detection(case: &Case, actions: &[ActionTiming]) -> bool {
-    let dead_s = case.file.fabric.dead_after.0.as_secs_f64();
-    let (kill, back) = (
-        ActionKind::KillSwitch.name(),
-        ActionKind::RestoreSwitch.name(),
-    );
-    actions.iter().enumerate().any(|(i, a)| {
-        // Later in the timeline; at the same instant when both waited
-        // behind one re-route.
-        a.action == kill
-            && actions[i + 1..]
-                .iter()
-                .any(|b| b.action == back && b.element == a.element && b.at_s - a.at_s < dead_s)
-    })
-}
-
 /// The faults still in force at the end of the schedule.
 fn final_faults(scenario: &Scenario) -> FaultSet {
     let mut faults = FaultSet::none();
@@ -999,8 +972,6 @@ pub fn check_logged(
     let class = (!violations.is_empty()).then(|| failure_class(case, sbrp, &violations));
     let explained = if violations.is_empty() {
         None
-    } else if restart_before_detection(case, &report.actions) {
-        Some("a switch restored after an administrative kill faster than keepalive detection (docs/sbrp.md, \"Still open\"; docs/simulation.md)".to_string())
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
         lost_only_where_unrouted(&scenario, &out, &unreachable, t)
             .or_else(|| lost_only_past_a_switch_without_a_way_up(&scenario, &out, &unreachable, t))
@@ -1310,29 +1281,4 @@ pub fn replay(seed: u64, stops: bool, events: Option<&std::path::Path>) -> Resul
 /// lists, so a run's seed always draws the same one).
 fn named(name: &str) -> Mechanism {
     Mechanism::parse(name).expect("the swarm names registered mechanisms")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A step due during a re-route takes effect when it ends: `r12` of
-    /// this 4-cube is scheduled killed at 6 ms and restored at 9 ms
-    /// (`dead_after` 3 ms, not faster than detection), but the kill takes
-    /// effect 2 ms late, so the restore follows it faster than detection.
-    #[test]
-    fn a_restart_is_judged_by_when_the_steps_took_effect() {
-        let case = Case::draw(15553480529114013366).unwrap();
-        let (_, report) = check(&case).unwrap();
-        assert!(restart_before_detection(&case, &report.actions));
-        let kill = report
-            .actions
-            .iter()
-            .find(|a| a.action == ActionKind::KillSwitch.name())
-            .unwrap();
-        assert!(
-            kill.late_ms.is_some_and(|ms| (ms - 2.0).abs() < 0.01),
-            "{kill:?}"
-        );
-    }
 }
