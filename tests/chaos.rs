@@ -279,8 +279,9 @@ fn switches_stopped_with_sigstop_lose_nothing_under_sbrp1() {
 
 /// A switch administratively killed (every port set down, its neighbours
 /// not told) and restored before their keepalive timeout: its ports drop
-/// what the neighbours go on sending, and on re-enable each resets its
-/// link (docs/wire.md, "Disabled, unbeknown to the peer"), so the
+/// what the neighbours go on sending, and once enabled each resets its
+/// link when it hears its neighbour again (docs/wire.md, "Disabled,
+/// unbeknown to the peer"), so the
 /// neighbours fail their ports and SBRP-1's node C reports what crossed
 /// them. The receivers' gap recovery is off: only the switches' reports
 /// can bring those messages back.
