@@ -648,3 +648,14 @@ fn a_switch_restored_within_detection_is_reported_by_its_neighbours_in_the_simul
         "{kill:#}"
     );
 }
+
+/// Flits written off on the last hop count as lost by a cause (swarm
+/// seed 7731066710163952002 with `--stops`: a 3×3×3 torus without a
+/// mechanism, `r24` and `r07` stopped for 1.5 × `dead_after`; their hosts
+/// take them for dead, hear them again and drop what they sent, 4 flits
+/// written off at the hosts' own links, which the accounting left out).
+#[test]
+fn flits_lost_on_a_hosts_own_link_are_accounted_for() {
+    let text = replays_clean(&["7731066710163952002", "--stops"]);
+    assert!(text.contains("lost on links 9"), "{text}");
+}

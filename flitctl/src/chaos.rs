@@ -557,6 +557,13 @@ pub(crate) fn accounting(
         .chain(retired.iter())
         .collect();
     add_switch_losses(&mut acc, &reports);
+    // Flits written off on the last hop, at the hosts' own links (a switch
+    // taken for dead by its host and heard again drops what it sent).
+    acc.link_lost_flits += collected
+        .hosts
+        .iter()
+        .map(|(_, h)| h.link.lost_flits)
+        .sum::<u64>();
     acc.held_in_switches_flits = collected
         .switches
         .iter()
