@@ -1218,36 +1218,33 @@ impl Link {
             }
             return;
         }
-        // A peer that knows it was away (its port was down: it asks for a
-        // sync) went through the port's death itself; one that does not
-        // ask (stopped, then run again) believes nothing happened.
-        if self.silenced
-            && self.peer_epoch == Some(header.epoch)
-            && !ext.sync_request
-            && self.cfg.retrain_ns > 0
+        // A peer that believes nothing happened: the same incarnation, not
+        // asking for a sync (one whose port was down asks, having gone
+        // through the port's death itself). Its datagram, and every belief
+        // about its buffers or what it sent, is stale when it was declared
+        // dead by its silence (stopped, then run again), or when this end
+        // dropped its flits while disabled and it talked all along (heard
+        // within two keepalive intervals: it was never disabled itself,
+        // and believes them delivered). A restarted peer has a new epoch
+        // and resets both ends anyway.
+        let unaware =
+            self.peer_epoch == Some(header.epoch) && !ext.sync_request && self.cfg.retrain_ns > 0;
+        let stale = if self.silenced && unaware {
+            Some(LinkErrorCause::PeerReturned)
+        } else if std::mem::take(&mut self.dropped_while_disabled)
+            && unaware
+            && self.heard_while_disabled.take().is_some_and(|at| {
+                now.saturating_sub(at)
+                    <= 2 * self.cfg.keepalive_interval_ns + self.cfg.propagation_ns
+            })
         {
-            // Its datagram, and every belief about its buffers, is stale.
+            Some(LinkErrorCause::DroppedWhileDisabled)
+        } else {
+            None
+        };
+        if let Some(cause) = stale {
             self.silenced = false;
-            self.link_error(now, LinkErrorCause::PeerReturned);
-            self.stats.rx_dropped_retraining += 1;
-            return;
-        }
-        // Likewise, the peer heard first after this end dropped its flits
-        // while disabled: one that went on talking all along (heard within
-        // two keepalive intervals) was never disabled itself and believes
-        // them delivered; one disabled too fell silent, and asks for a
-        // sync if it is back first. A restarted peer has a new epoch and
-        // resets both ends anyway.
-        let talked_all_along = self.heard_while_disabled.take().is_some_and(|at| {
-            now.saturating_sub(at) <= 2 * self.cfg.keepalive_interval_ns + self.cfg.propagation_ns
-        });
-        if std::mem::take(&mut self.dropped_while_disabled)
-            && talked_all_along
-            && self.peer_epoch == Some(header.epoch)
-            && !ext.sync_request
-            && self.cfg.retrain_ns > 0
-        {
-            self.link_error(now, LinkErrorCause::DroppedWhileDisabled);
+            self.link_error(now, cause);
             self.stats.rx_dropped_retraining += 1;
             return;
         }
