@@ -659,3 +659,16 @@ fn flits_lost_on_a_hosts_own_link_are_accounted_for() {
     let text = replays_clean(&["7731066710163952002", "--stops"]);
     assert!(text.contains("lost on links 9"), "{text}");
 }
+
+/// Flits dropped by a link going into a retrain count as lost on the link
+/// even when it is killed before it syncs again (swarm seed
+/// 9746512629011163813 with `--stops`: a 5×2 mesh under controller
+/// re-routing, `r7` stopped for 1.5 × `dead_after`; `r8`, which took it
+/// for dead, drops the first datagram it sends when it runs again, 4
+/// flits, as a peer back from silence, and the link is killed before the
+/// retrain ends, so no sync ever writes them off).
+#[test]
+fn flits_dropped_by_a_retrain_on_a_link_killed_before_it_syncs_are_accounted_for() {
+    let text = replays_clean(&["9746512629011163813", "--stops"]);
+    assert!(text.contains("lost on links 4"), "{text}");
+}

@@ -537,7 +537,9 @@ pub struct LinkStats {
     pub rx_bad_vc: u64,
     /// Flits received with the VC's buffer full (peer broke flow control; dropped).
     pub rx_overflow: u64,
-    /// Flits the peer transmitted that never arrived (from sync records).
+    /// Flits the peer transmitted that were lost on the link: written off
+    /// by its sync records as never arrived, or dropped here while the
+    /// link retrained.
     pub rx_lost_flits: u64,
     /// Datagrams dropped because the link is administratively down, or
     /// because the peer does not know our epoch yet.
@@ -1194,6 +1196,9 @@ impl Link {
         }
         self.stats.rx_datagrams += 1;
         self.stats.rx_bytes += len as u64;
+        // A datagram of the incarnation we are synced with counts its
+        // flits in our counters: dropped below, they are written off here.
+        let ours = self.peer_epoch == Some(header.epoch) && header.peer_epoch == self.epoch;
         // With link error recovery off, a link reset is an unknown
         // extension like any other (skipped).
         let reset = ext.link_reset.filter(|_| self.cfg.retrain_ns > 0);
@@ -1205,6 +1210,7 @@ impl Link {
                 self.peer_reset_gen = Some((header.epoch, gen));
             }
             self.stats.rx_dropped_retraining += 1;
+            self.write_off_dropped(ours, items);
             return;
         }
         if let Some((gen, code)) = reset {
@@ -1216,6 +1222,7 @@ impl Link {
             } else {
                 self.stats.rx_dropped_retraining += 1;
             }
+            self.write_off_dropped(ours, items);
             return;
         }
         // A peer that believes nothing happened: the same incarnation, not
@@ -1246,6 +1253,7 @@ impl Link {
             self.silenced = false;
             self.link_error(now, cause);
             self.stats.rx_dropped_retraining += 1;
+            self.write_off_dropped(ours, items);
             return;
         }
         self.silenced = false;
@@ -1299,6 +1307,7 @@ impl Link {
                 // would never come. The link goes down instead of limping on.
                 self.stats.seq_gaps += d as u64;
                 self.link_error(now, LinkErrorCause::SeqGap);
+                self.write_off_dropped(ours, items);
                 return;
             } else if d >= 0 {
                 self.stats.seq_gaps += d as u64;
@@ -1503,6 +1512,40 @@ impl Link {
         }
     }
 
+    /// The flits of a datagram dropped while the link retrains (or as it
+    /// starts to) are lost on the link. They are written off at once,
+    /// as the peer's next sync would write them off: a link killed before
+    /// that sync would otherwise leave them counted nowhere. `ours`: the
+    /// datagram's counters are about this incarnation of each end.
+    fn write_off_dropped(&mut self, ours: bool, items: &[Item]) {
+        if !ours {
+            return;
+        }
+        let mut dropped = [0u16; MAX_VCS];
+        for item in items {
+            if let Item::Flit(f) = item {
+                if let Some(n) = dropped.get_mut(f.vc as usize) {
+                    *n = n.wrapping_add(1);
+                }
+            }
+        }
+        self.write_off(&dropped);
+    }
+
+    /// Counts `dropped[vc]` flits on each VC as lost, and frees their
+    /// slots: the same as a sync's write-off, whose count of received
+    /// flits they then include.
+    fn write_off(&mut self, dropped: &[u16; MAX_VCS]) {
+        for (r, &n) in self.rx.iter_mut().zip(dropped) {
+            if n > 0 {
+                r.received = r.received.wrapping_add(n);
+                r.freed = r.freed.wrapping_add(n);
+                self.stats.rx_lost_flits += n as u64;
+                self.credit_dirty_since.get_or_insert(self.now);
+            }
+        }
+    }
+
     fn apply_sync(&mut self, s: &SyncInfo) {
         let n = (s.vcs as usize).min(self.rx.len());
         for (vc, r) in self.rx.iter_mut().enumerate().take(n) {
@@ -1565,7 +1608,14 @@ impl Link {
         self.retrain_until = Some(now.saturating_add(self.cfg.retrain_ns));
         self.reset_tx = None;
         self.probe_since = None;
+        let mut dropped = [0u16; MAX_VCS];
+        for (_, f) in &self.flits_in_flight {
+            if let Some(n) = dropped.get_mut(f.vc as usize) {
+                *n = n.wrapping_add(1);
+            }
+        }
         self.stats.rx_dropped_retraining += self.drop_in_flight();
+        self.write_off(&dropped);
         let first = *self.error_at.get_or_insert(now);
         self.events
             .push_back(LinkEvent::LinkError { cause, by_peer });
@@ -2702,6 +2752,48 @@ mod tests {
         assert_eq!(events(&mut a), vec![LinkEvent::PeerUp]);
         assert!(events(&mut b).is_empty());
         assert!(a.is_up() && b.is_up());
+    }
+
+    /// Flits dropped as a link goes into a retrain are lost on the link:
+    /// written off at once, since the peer's next sync, which would write
+    /// them off, never comes if the link is killed meanwhile; and written
+    /// off once, since that sync, when it comes, finds nothing more.
+    #[test]
+    fn flits_dropped_by_a_retrain_are_written_off_at_once_and_once() {
+        for killed in [true, false] {
+            let (mut a, mut b) = connected(cfg());
+            let (mut held, mut buf) = (Vec::new(), Vec::new());
+            let mut t = 1_000;
+            while t <= 7_000_000 {
+                a.handle_timeout(t);
+                while a.poll_transmit(t, &mut buf) {
+                    held.push(buf.clone());
+                }
+                t += 500_000;
+            }
+            // `b` runs again with a flit to send; `a` drops the datagram
+            // that carries it (`peer_returned`).
+            b.send(flit(0, 0)).unwrap();
+            for d in &held {
+                let _ = b.handle_datagram_slice(t, d);
+            }
+            exchange(t, &mut a, &mut b, &mut pass);
+            assert!(a.is_retraining());
+            assert_eq!(b.stats().tx_flits[0], 1);
+            assert_eq!(a.stats().rx_lost_flits, 1, "written off at once");
+            if killed {
+                a.set_admin_up(false);
+                b.set_admin_up(false);
+            }
+            let t = run(t, t + 2 * RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
+            exchange(t, &mut a, &mut b, &mut pass);
+            assert_eq!(a.stats().rx_lost_flits, 1, "written off once");
+            assert_eq!(a.stats().rx_flits[0], 0);
+            if !killed {
+                assert!(a.is_up() && b.is_up());
+                assert_eq!(b.credits(0), 4, "its slot is free again");
+            }
+        }
     }
 
     #[test]
