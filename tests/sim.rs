@@ -672,3 +672,20 @@ fn flits_dropped_by_a_retrain_on_a_link_killed_before_it_syncs_are_accounted_for
     let text = replays_clean(&["9746512629011163813", "--stops"]);
     assert!(text.contains("lost on links 4"), "{text}");
 }
+
+/// Adaptive DLR deadlocks once the faults go beyond its guarantee, as
+/// *Dynamic Fault Tolerance in Fat Trees* reports (Fig. 12): here a leaf
+/// switch dead or taken for dead (stopped past detection), whose hosts'
+/// packets bounce between the leaves and the top switches on the one VC
+/// (swarm seeds 2722417902136909294 and 8456751419244782388 with
+/// `--stops`, 4-ary 2-trees under SBRP-1, each of which wedged every
+/// buffer with 100 or more messages held). With a recovery protocol,
+/// `hoq-lifetime: auto` turns deadlock recovery on for it, and every
+/// message arrives once.
+#[test]
+fn adaptive_dlr_with_a_recovery_protocol_recovers_from_deadlocks_beyond_its_guarantee() {
+    for seed in ["2722417902136909294", "8456751419244782388"] {
+        let text = replays_clean(&[seed, "--stops"]);
+        assert!(text.contains("drops       hoq-lifetime"), "{text}");
+    }
+}

@@ -245,7 +245,10 @@ fn live(
     let up = crate::up::UpArgs::from_argv(&argv)?;
     let run = crate::up::execute(&up)?.run;
     let topo = crate::topo::load(&up.topology)?;
-    let params = up.fabric.with_topology(&topo).params_for(&run.engine);
+    let params = up
+        .fabric
+        .with_topology(&topo)
+        .params_for(&run.engine, up.mechanism);
     Ok((run, params))
 }
 

@@ -212,7 +212,10 @@ pub fn judge(need: &Need, m: &Machine) -> (Vec<String>, Vec<String>) {
 /// `--force`.
 pub fn check_up(args: &UpArgs) -> Result<()> {
     let topo = crate::topo::load(&args.topology)?;
-    let params = args.fabric.with_topology(&topo).params_for(&args.engine);
+    let params = args
+        .fabric
+        .with_topology(&topo)
+        .params_for(&args.engine, args.mechanism);
     let mut need = Need::of(&topo, params.bandwidth_flits_per_s, args.traffic.load);
     // Forwarding is needed per second of wall time: a fixed dilation
     // divides it, and `auto` chooses the factor that keeps up (so falling

@@ -132,8 +132,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     // The head-of-queue lifetime is a fabric parameter: the daemons were
     // configured with it by `flitctl compose --hoq-lifetime` (`run` only
     // attaches to them).
-    if crate::up::needs_hoq_lifetime(&tables.engine, description.params.recovery)
-        && description.params.head_of_queue_lifetime_ns.is_none()
+    if crate::up::needs_hoq_lifetime(
+        &tables.engine,
+        crate::mechanism::Mechanism::NONE,
+        description.params.recovery,
+    ) && description.params.head_of_queue_lifetime_ns.is_none()
     {
         tracing::warn!(
             "local-reroute with a recovery protocol and no head-of-queue lifetime: the \

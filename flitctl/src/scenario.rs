@@ -572,11 +572,12 @@ pub struct ScenarioFile {
 
 impl ScenarioFile {
     /// The daemons' parameters for this scenario: its fabric, its recovery
-    /// protocol, and the head-of-queue lifetime its engine needs.
+    /// protocol, and the head-of-queue lifetime its engine and mechanism
+    /// need.
     pub fn params(&self) -> FabricParams {
         let mut spec = self.fabric.spec();
         spec.recovery_protocol = self.protocol();
-        spec.params_for(&self.engine)
+        spec.params_for(&self.engine, self.mechanism.fabric())
     }
 
     /// The recovery protocol the fabric runs: the SBRP level of an `sbrp…`

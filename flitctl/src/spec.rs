@@ -82,14 +82,17 @@ impl FabricSpec {
         }
     }
 
-    /// [`FabricSpec::params`] for a fabric routed by `engine`: `auto` turns
+    /// [`FabricSpec::params`] for a fabric routed by `engine` under
+    /// `mechanism`: `auto` turns
     /// the head-of-queue lifetime on where it is needed
     /// ([`needs_hoq_lifetime`]), at the default for these links
     /// (128 drains of a full buffer or a longest packet, at least
     /// [`HOQ_LIFETIME_FLOOR_NS`]).
-    pub fn params_for(&self, engine: &str) -> FabricParams {
+    pub fn params_for(&self, engine: &str, mechanism: crate::mechanism::Mechanism) -> FabricParams {
         let mut p = self.params();
-        if self.hoq_lifetime == HoqLifetime::Auto && needs_hoq_lifetime(engine, p.recovery) {
+        if self.hoq_lifetime == HoqLifetime::Auto
+            && needs_hoq_lifetime(engine, mechanism, p.recovery)
+        {
             let formula =
                 flitnet_core::mechanism::hoq::default_head_of_queue_lifetime_for_packets_ns(
                     p.bandwidth_flits_per_s,
@@ -234,17 +237,20 @@ pub fn parse_hoq_lifetime(s: &str) -> Result<HoqLifetime, String> {
     }
 }
 
-/// Whether a fabric routed by `engine` with `protocol` needs deadlock
-/// recovery: seed 003's local rerouting (its adaptive VCs deadlock once a
-/// fault cuts the escape network, docs/sbrp.md) with a recovery protocol to
-/// resend what the lifetime discards. Everything else is deadlock-free by
-/// its routing (or re-routed by the controller), and keeps the lifetime
-/// off so that ordinary congestion can never cost a packet.
+/// Whether a fabric routed by `engine` under `mechanism` with `protocol`
+/// needs deadlock recovery: a routing that deadlocks around faults, with a
+/// recovery protocol to resend what the lifetime discards. Seed 003's
+/// local rerouting does once a fault cuts the escape network, adaptive DLR
+/// once the faults go beyond its guarantee (docs/sbrp.md, "Deadlock").
+/// Everything else is deadlock-free by its routing (or re-routed by the
+/// controller), and keeps the lifetime off so that ordinary congestion can
+/// never cost a packet.
 pub fn needs_hoq_lifetime(
     engine: &str,
+    mechanism: crate::mechanism::Mechanism,
     protocol: flitnet_core::mechanism::sbrp::RecoveryProtocol,
 ) -> bool {
-    engine == "local-reroute" && protocol.is_on()
+    protocol.is_on() && (engine == "local-reroute" || mechanism.deadlocks_beyond_guarantee())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,10 +323,10 @@ impl FabricArgs {
         self.spec().params()
     }
 
-    /// The daemons' parameters for a fabric routed by `engine`
-    /// ([`crate::spec::FabricSpec::params_for`]).
-    pub fn params_for(&self, engine: &str) -> FabricParams {
-        self.spec().params_for(engine)
+    /// The daemons' parameters for a fabric routed by `engine` under
+    /// `mechanism` ([`crate::spec::FabricSpec::params_for`]).
+    pub fn params_for(&self, engine: &str, mechanism: crate::mechanism::Mechanism) -> FabricParams {
+        self.spec().params_for(engine, mechanism)
     }
 
     /// What carries the flits: `--transport`, shm by default.
@@ -357,6 +363,7 @@ impl FabricArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mechanism::Mechanism;
 
     #[test]
     fn a_scenario_without_a_fabric_section_gets_the_flags_defaults() {
@@ -374,11 +381,28 @@ mod tests {
             recovery_protocol: RecoveryProtocol::parse("sbrp1").unwrap(),
             ..FabricSpec::default()
         };
-        assert!(spec
-            .params_for("local-reroute")
-            .head_of_queue_lifetime_ns
-            .is_some());
-        assert_eq!(spec.params_for("dmodk").head_of_queue_lifetime_ns, None);
+        let none = Mechanism::NONE;
+        let lifetime = |engine, m| spec.params_for(engine, m).head_of_queue_lifetime_ns;
+        assert!(lifetime("local-reroute", none).is_some());
+        assert_eq!(lifetime("dmodk", none), None);
         assert_eq!(spec.params().head_of_queue_lifetime_ns, None);
+        // Adaptive DLR deadlocks beyond its guarantee; the deterministic
+        // variants' extra VCs do not.
+        for (name, on) in [
+            ("dlr-adaptive", true),
+            ("dlr-adaptive-link", true),
+            ("dlr", false),
+            ("dlr-link", false),
+        ] {
+            let m = Mechanism::parse(name).unwrap();
+            assert_eq!(lifetime("dmodk", m).is_some(), on, "{name}");
+        }
+        // Without a recovery protocol nothing would resend a discarded worm.
+        let bare = FabricSpec::default();
+        let adaptive = Mechanism::parse("dlr-adaptive").unwrap();
+        assert_eq!(
+            bare.params_for("dmodk", adaptive).head_of_queue_lifetime_ns,
+            None
+        );
     }
 }

@@ -329,7 +329,10 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
     }
     let topo = crate::topo::load(&args.topology)?;
     let fabric = args.fabric.with_topology(&topo);
-    crate::session::check_before_launch(&fabric.params_for(&args.engine), &checked)?;
+    crate::session::check_before_launch(
+        &fabric.params_for(&args.engine, args.mechanism),
+        &checked,
+    )?;
     let UpFaults {
         kill_links,
         kill_switches,
@@ -340,7 +343,7 @@ pub fn execute(args: &UpArgs) -> Result<UpOutcome> {
         bail!("--kill-by carrier pulls a cable (a veth pair's carrier, a ring's): it needs --transport ethernet or shm");
     }
     let plan = args.mechanism.plan(&args.run_spec(&topo))?;
-    let mut params = fabric.params_for(&args.engine);
+    let mut params = fabric.params_for(&args.engine, args.mechanism);
     let (factor, dilation_source) =
         crate::fidelity::resolve(args.time_dilation, &topo, &params, args.traffic.load);
     params.time_dilation = factor;

@@ -105,6 +105,13 @@ impl Mechanism {
         self.is_of(flitnet_core::mechanism::dlr::NAME)
     }
 
+    /// Whether its routing can deadlock around faults beyond its
+    /// guarantee (adaptive DLR; docs/sbrp.md, "Deadlock").
+    pub fn deadlocks_beyond_guarantee(self) -> bool {
+        self.0
+            .is_some_and(flitnet_core::mechanism::dlr::deadlocks_beyond_guarantee)
+    }
+
     /// Its controller half for the run `run`, checked before anything
     /// starts (`None`: nothing for the controller to install).
     pub fn plan(self, run: &RunSpec<'_>) -> Result<Option<Plan>> {

@@ -435,7 +435,10 @@ pub struct UpPlan {
 pub fn up_plan(args: &UpArgs) -> Result<UpPlan> {
     use crate::controller::Element;
     let topo = crate::topo::load(&args.topology)?;
-    let params = args.fabric.with_topology(&topo).params_for(&args.engine);
+    let params = args
+        .fabric
+        .with_topology(&topo)
+        .params_for(&args.engine, args.mechanism);
     let spec = args.traffic.spec(args.seed);
     crate::session::check_before_launch(&params, &spec)?;
     let crate::up::UpFaults {

@@ -96,12 +96,8 @@ impl DlrConfig {
         v: &Variant,
         topo: &Topology,
     ) -> Result<Option<Self>, super::ApplicabilityError> {
-        let (variant, faults) = match v.name {
-            "dlr" => (DlrVariant::Deterministic, DlrFaults::Switch),
-            "dlr-link" => (DlrVariant::Deterministic, DlrFaults::Link),
-            "dlr-adaptive" => (DlrVariant::Adaptive, DlrFaults::Switch),
-            "dlr-adaptive-link" => (DlrVariant::Adaptive, DlrFaults::Link),
-            _ => return Ok(None),
+        let Some((variant, faults)) = kind_of(v) else {
+            return Ok(None);
         };
         let Family::KaryNTree { k, n } = topo.family else {
             return Err(super::ApplicabilityError::WrongTopology {
@@ -112,4 +108,28 @@ impl DlrConfig {
         };
         Ok(Some(DlrConfig::new(k, n, variant, faults)))
     }
+}
+
+/// The algorithm and the faults a registry variant selects (`None`: a
+/// variant of another mechanism).
+fn kind_of(v: &Variant) -> Option<(DlrVariant, DlrFaults)> {
+    Some(match v.name {
+        "dlr" => (DlrVariant::Deterministic, DlrFaults::Switch),
+        "dlr-link" => (DlrVariant::Deterministic, DlrFaults::Link),
+        "dlr-adaptive" => (DlrVariant::Adaptive, DlrFaults::Switch),
+        "dlr-adaptive-link" => (DlrVariant::Adaptive, DlrFaults::Link),
+        _ => return None,
+    })
+}
+
+/// Whether variant `v` can deadlock once the faults go beyond its
+/// guarantee (k−1 faults, leaf switches excluded): the adaptive variants,
+/// whose one VC rests on Duato's argument for fewer than k faults, and
+/// which do deadlock beyond it (*Dynamic Fault Tolerance in Fat Trees*,
+/// Fig. 12). A leaf switch dead, or stopped long enough to be taken for
+/// dead, is such a fault: the packets for its hosts bounce between leaves
+/// and upper switches on the one VC. The deterministic variants' extra
+/// VCs keep them deadlock-free for any number of faults.
+pub fn deadlocks_beyond_guarantee(v: &Variant) -> bool {
+    kind_of(v).is_some_and(|(variant, _)| variant == DlrVariant::Adaptive)
 }
