@@ -689,3 +689,17 @@ fn adaptive_dlr_with_a_recovery_protocol_recovers_from_deadlocks_beyond_its_guar
         assert!(text.contains("drops       hoq-lifetime"), "{text}");
     }
 }
+
+/// Adaptive DLR recovers once faults beyond its guarantee are over (swarm
+/// seed 16817023878434011717 with `--stops`: a 3-ary 3-tree under SBRP-1,
+/// two links killed, then a middle switch SIGKILLed for 6 ms — three
+/// faults where the guarantee is two). While the switch was dead the leaf
+/// `s0-6` marked every up port in its re-route vector; the dead link that
+/// stays kept bouncing packets through one of them, and with the vector
+/// forgotten only after a period without any U-turn, every U-turn there
+/// was discarded to the end: 201 messages lost, more the longer traffic
+/// ran. Each port's bit is forgotten on its own, and nothing is lost.
+#[test]
+fn adaptive_dlr_forgets_the_ports_marked_while_beyond_its_guarantee() {
+    replays_clean(&["16817023878434011717", "--stops"]);
+}

@@ -48,8 +48,8 @@ pub const ML1: u8 = 1;
 /// Upper-half re-routing layer of the deterministic switch algorithm (§3.5).
 pub const ML2: u8 = 2;
 
-/// Default inactivity period after which an adaptive switch forgets its
-/// re-route vector. The paper gives no value (digest §8 item 9 suggests
+/// Default inactivity period after which an adaptive switch forgets a bit
+/// of its re-route vector. The paper gives no value (digest §8 item 9 suggests
 /// 10–100× the in-group round trip); 100 µs is ~100× a loopback-UDP hop.
 pub const DEFAULT_REROUTE_RESET_NS: u64 = 100_000;
 
@@ -80,8 +80,8 @@ pub struct DlrConfig {
     pub n: u32,
     pub variant: DlrVariant,
     pub faults_handled: DlrFaults,
-    /// Adaptive only: the re-route vector is cleared after this long without a
-    /// U-turn (digest §3.6, §3.9).
+    /// Adaptive only: a bit of the re-route vector is cleared after this long
+    /// without a U-turn through its port (digest §3.6, §3.9).
     pub reroute_reset_ns: u64,
     /// Deterministic link only, for reproducing the digest's §8 R1 analysis:
     /// apply the paper's rule 2b literally, so that an LCA whose down link is
@@ -295,11 +295,55 @@ pub enum DlrDecision {
 
 /// The adaptive algorithms' per-switch k-bit re-route vector (digest §3.6):
 /// bit j set = up port k+j led to an upper switch that bounced a packet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Each bit is forgotten after a period without a U-turn through its own
+/// port: the paper zeroes the whole vector after a period without any
+/// U-turn, and a fault that keeps bouncing packets through one port would
+/// then keep every other bit set for ever, among them bits set while the
+/// faults were beyond the guarantee (every up port marked: every U-turn
+/// discarded, long after the faults are back within it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RerouteVector {
     bits: u64,
-    /// Time of the last U-turn that touched the vector.
-    last_use: u64,
+    /// Per up port j: the time of the last U-turn through it.
+    set_at: [u64; 64],
+}
+
+impl Default for RerouteVector {
+    fn default() -> Self {
+        RerouteVector {
+            bits: 0,
+            set_at: [0; 64],
+        }
+    }
+}
+
+impl RerouteVector {
+    /// The bits still set at `now`, `reset_ns` after their last U-turn.
+    fn at(&self, now: u64, reset_ns: u64) -> u64 {
+        let mut bits = self.bits;
+        let mut live = 0;
+        while bits != 0 {
+            let j = bits.trailing_zeros();
+            bits &= bits - 1;
+            if now.saturating_sub(self.set_at[j as usize]) <= reset_ns {
+                live |= 1 << j;
+            }
+        }
+        live
+    }
+
+    /// When the next bit is forgotten.
+    fn next_expiry(&self, reset_ns: u64) -> Option<u64> {
+        let mut bits = self.bits;
+        let mut first: Option<u64> = None;
+        while bits != 0 {
+            let j = bits.trailing_zeros();
+            bits &= bits - 1;
+            let at = self.set_at[j as usize].saturating_add(reset_ns);
+            first = Some(first.map_or(at, |f| f.min(at)));
+        }
+        first
+    }
 }
 
 /// One switch's DLR logic: its place in the tree and (adaptive) its re-route
@@ -462,32 +506,20 @@ impl DlrSwitch {
     /// The adaptive re-route vector as of `now` (bit j = up port k+j is
     /// excluded from U-turns); always 0 for deterministic variants.
     pub fn reroute_vector(&self, now: u64) -> u64 {
-        if self.vector_expired(now) {
-            0
-        } else {
-            self.vector.bits
-        }
+        self.vector.at(now, self.cfg.reroute_reset_ns)
     }
 
-    /// When the re-route vector will be cleared if no U-turn happens before,
-    /// for the caller's timer wheel (`None` when it is already empty).
+    /// When the next bit of the re-route vector is forgotten if no U-turn
+    /// through its port comes before, for the caller's timer wheel (`None`
+    /// when the vector is empty).
     pub fn poll_timeout(&self) -> Option<u64> {
-        (self.vector.bits != 0).then(|| {
-            self.vector
-                .last_use
-                .saturating_add(self.cfg.reroute_reset_ns)
-        })
+        self.vector.next_expiry(self.cfg.reroute_reset_ns)
     }
 
-    /// Clears the re-route vector if its inactivity period has elapsed.
+    /// Clears the bits of the re-route vector whose inactivity period has
+    /// elapsed.
     pub fn handle_timeout(&mut self, now: u64) {
-        if self.vector_expired(now) {
-            self.vector.bits = 0;
-        }
-    }
-
-    fn vector_expired(&self, now: u64) -> bool {
-        now.saturating_sub(self.vector.last_use) > self.cfg.reroute_reset_ns
+        self.vector.bits = self.vector.at(now, self.cfg.reroute_reset_ns);
     }
 
     /// True when the switch's subtree contains host `dst` (no range check).
@@ -597,8 +629,9 @@ impl DlrSwitch {
     /// up ports' selection (adaptive steps 3–5 of §3.6, 4b/5/7 of §3.7).
     fn adaptive_uturn(&mut self, cx: &Ctx, now: u64, load: Option<&[u32]>) -> DlrDecision {
         let k = cx.k;
-        self.vector.bits |= 1u64 << (cx.in_port as u32 - k);
-        self.vector.last_use = now;
+        let j = cx.in_port as u32 - k;
+        self.vector.bits |= 1u64 << j;
+        self.vector.set_at[j as usize] = now;
         let bits = self.vector.bits;
         let cands = cx
             .up_candidates()

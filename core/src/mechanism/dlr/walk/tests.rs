@@ -648,3 +648,62 @@ mod props {
         }
     }
 }
+
+/// Adaptive DLR forgets each bit of a switch's re-route vector on its own.
+/// Faults beyond the guarantee (here three in a 3-ary 3-tree: two links
+/// and a middle switch) can mark every up port of a leaf; once the switch
+/// is back, one fault that remains keeps bouncing packets through one of
+/// those ports. Were the vector forgotten only after a period without any
+/// U-turn, those bounces would keep the stale bits set for ever and every
+/// U-turn at the leaf would be discarded (swarm seed 16817023878434011717
+/// with `--stops` lost messages at a steady rate long after the restart).
+#[test]
+fn a_re_route_vector_forgets_the_ports_that_stopped_bouncing() {
+    let topo = kary_ntree(3, 3).unwrap();
+    let switch = |name: &str| match topo.find_node(name) {
+        Some(NodeRef::Switch(s)) => s,
+        other => panic!("{name}: {other:?}"),
+    };
+    let link = |name: &str, p: PortNo| topo.link_at(PortRef::switch(switch(name), p)).unwrap();
+    let within = FaultSet::with_links([link("s0-7", 3), link("s1-4", 3)]);
+    let mut beyond = within.clone();
+    beyond.switches.insert(switch("s1-2"));
+    let cfg = DlrConfig::new(3, 3, DlrVariant::Adaptive, DlrFaults::Switch);
+    let reset = cfg.reroute_reset_ns;
+    let mut fabric = DlrFabric::new(&topo, cfg).unwrap();
+    let (h18, h21) = (18, 21);
+    fabric.set_faults(&beyond);
+    let mut now = 1_000_000;
+    for src in 0..27 {
+        for dst in 0..27 {
+            if src != dst {
+                fabric.walk(src, dst, now).unwrap();
+            }
+        }
+    }
+    let leaf = fabric.switch(switch("s0-6")).unwrap();
+    assert_eq!(
+        leaf.reroute_vector(now),
+        0b111,
+        "every up port of s0-6 marked"
+    );
+    assert!(!fabric.walk(h18, h21, now).unwrap().delivered());
+    // The switch is back; h18 -> h21 still bounces off the dead link
+    // s0-7 — s1-6 every `reset / 2`, which keeps the bit of s1-6 set.
+    fabric.set_faults(&within);
+    let mut delivered = false;
+    for _ in 0..8 {
+        now += reset / 2;
+        let walk = fabric.walk(h18, h21, now).unwrap();
+        // Bounced back to s0-6, which U-turns it (or, every up port
+        // marked, discards it).
+        assert!(
+            walk.hops.iter().any(|h| h.step == DlrStep::Bounce),
+            "{walk:?}"
+        );
+        delivered |= walk.delivered();
+    }
+    assert!(delivered, "the ports that stopped bouncing are forgotten");
+    let leaf = fabric.switch(switch("s0-6")).unwrap();
+    assert_eq!(leaf.reroute_vector(now).count_ones(), 1, "s1-6's bit stays");
+}
