@@ -690,6 +690,18 @@ pub struct Link {
     restarted: Vec<RestartedVc>,
 }
 
+/// How many of `flits` are on each VC (VCs beyond [`MAX_VCS`] are not
+/// counted: no link has them).
+fn per_vc<'a>(flits: impl Iterator<Item = &'a Flit>) -> [u16; MAX_VCS] {
+    let mut n = [0u16; MAX_VCS];
+    for f in flits {
+        if let Some(c) = n.get_mut(f.vc as usize) {
+            *c = c.wrapping_add(1);
+        }
+    }
+    n
+}
+
 fn ahead(a: u16, b: u16) -> i16 {
     a.wrapping_sub(b) as i16
 }
@@ -1518,18 +1530,12 @@ impl Link {
     /// that sync would otherwise leave them counted nowhere. `ours`: the
     /// datagram's counters are about this incarnation of each end.
     fn write_off_dropped(&mut self, ours: bool, items: &[Item]) {
-        if !ours {
-            return;
+        if ours {
+            self.write_off(&per_vc(items.iter().filter_map(|i| match i {
+                Item::Flit(f) => Some(f),
+                _ => None,
+            })));
         }
-        let mut dropped = [0u16; MAX_VCS];
-        for item in items {
-            if let Item::Flit(f) = item {
-                if let Some(n) = dropped.get_mut(f.vc as usize) {
-                    *n = n.wrapping_add(1);
-                }
-            }
-        }
-        self.write_off(&dropped);
     }
 
     /// Counts `dropped[vc]` flits on each VC as lost, and frees their
@@ -1608,12 +1614,7 @@ impl Link {
         self.retrain_until = Some(now.saturating_add(self.cfg.retrain_ns));
         self.reset_tx = None;
         self.probe_since = None;
-        let mut dropped = [0u16; MAX_VCS];
-        for (_, f) in &self.flits_in_flight {
-            if let Some(n) = dropped.get_mut(f.vc as usize) {
-                *n = n.wrapping_add(1);
-            }
-        }
+        let dropped = per_vc(self.flits_in_flight.iter().map(|(_, f)| f));
         self.stats.rx_dropped_retraining += self.drop_in_flight();
         self.write_off(&dropped);
         let first = *self.error_at.get_or_insert(now);
