@@ -2689,14 +2689,10 @@ mod tests {
         buf[i] ^= 0x5A;
     }
 
-    /// `b` stops for longer than detection (its process stopped, say) and
-    /// runs again: `a` took its silence for death and failed the port, `b`
-    /// saw nothing wrong. The first datagram `a` hears from it is a link
-    /// error (`peer_returned`): both ends go down and retrain before data
-    /// flows again, as after a damaged datagram. With retraining off `b` is
-    /// simply up again.
-    fn stop_and_resume(c: LinkConfig) -> (Link, Link, u64) {
-        let (mut a, mut b) = connected(c);
+    /// Runs `a` alone for 7 ms, longer than detection, while its peer is
+    /// stopped: what `a` sends waits, as in a socket buffer. Returns what
+    /// waited and the time.
+    fn run_while_the_peer_is_stopped(a: &mut Link) -> (Vec<Vec<u8>>, u64) {
         let (mut held, mut buf) = (Vec::new(), Vec::new());
         let mut t = 1_000;
         while t <= 7_000_000 {
@@ -2706,6 +2702,18 @@ mod tests {
             }
             t += 500_000;
         }
+        (held, t)
+    }
+
+    /// `b` stops for longer than detection (its process stopped, say) and
+    /// runs again: `a` took its silence for death and failed the port, `b`
+    /// saw nothing wrong. The first datagram `a` hears from it is a link
+    /// error (`peer_returned`): both ends go down and retrain before data
+    /// flows again, as after a damaged datagram. With retraining off `b` is
+    /// simply up again.
+    fn stop_and_resume(c: LinkConfig) -> (Link, Link, u64) {
+        let (mut a, mut b) = connected(c);
+        let (held, t) = run_while_the_peer_is_stopped(&mut a);
         assert_eq!(events(&mut a), vec![LinkEvent::PeerDown]);
         // b runs again: what waited for it, then its timers.
         for d in &held {
@@ -2763,15 +2771,7 @@ mod tests {
     fn flits_dropped_by_a_retrain_are_written_off_at_once_and_once() {
         for killed in [true, false] {
             let (mut a, mut b) = connected(cfg());
-            let (mut held, mut buf) = (Vec::new(), Vec::new());
-            let mut t = 1_000;
-            while t <= 7_000_000 {
-                a.handle_timeout(t);
-                while a.poll_transmit(t, &mut buf) {
-                    held.push(buf.clone());
-                }
-                t += 500_000;
-            }
+            let (held, t) = run_while_the_peer_is_stopped(&mut a);
             // `b` runs again with a flit to send; `a` drops the datagram
             // that carries it (`peer_returned`).
             b.send(flit(0, 0)).unwrap();
