@@ -973,13 +973,14 @@ pub(crate) fn verdict(
         return (
             format!(
                 "every message delivered exactly once: {} sent, {} delivered, {} lost, {} duplicated, \
-                 {} out of order, {} still held by senders; {} recover requests, {} flits resent, \
-                 {} messages recovered{}",
+                 {} out of order, {} corrupted, {} still held by senders; {} recover requests, \
+                 {} flits resent, {} messages recovered{}",
                 t.messages_sent,
                 t.messages_delivered,
                 t.messages_lost,
                 t.duplicates,
                 t.out_of_order,
+                t.corrupted,
                 t.retained,
                 t.recover_requests,
                 t.resent_flits,

@@ -922,8 +922,8 @@ pub fn check_logged(
     if sbrp {
         if !run.lossless || t.retained > 0 {
             violations.push(format!(
-                "exactly-once: {} sent, {} delivered, {} lost, {} duplicated, {} out of order, {} still held (between connected hosts)",
-                t.messages_sent, t.messages_delivered, t.messages_lost, t.duplicates, t.out_of_order, t.retained
+                "exactly-once: {} sent, {} delivered, {} lost, {} duplicated, {} out of order, {} corrupted, {} misdelivered, {} still held (between connected hosts)",
+                t.messages_sent, t.messages_delivered, t.messages_lost, t.duplicates, t.out_of_order, t.corrupted, t.misdelivered_packets, t.retained
             ));
         }
     } else {
