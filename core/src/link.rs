@@ -1538,11 +1538,11 @@ impl Link {
         }
     }
 
-    /// Counts `dropped[vc]` flits on each VC as lost, and frees their
-    /// slots: the same as a sync's write-off, whose count of received
-    /// flits they then include.
-    fn write_off(&mut self, dropped: &[u16; MAX_VCS]) {
-        for (r, &n) in self.rx.iter_mut().zip(dropped) {
+    /// Writes off `lost[vc]` flits on each VC: counted lost on the link,
+    /// and taken as received with their slots freed, so that the peer's
+    /// credits come back and a later sync does not count them again.
+    fn write_off(&mut self, lost: &[u16; MAX_VCS]) {
+        for (r, &n) in self.rx.iter_mut().zip(lost) {
             if n > 0 {
                 r.received = r.received.wrapping_add(n);
                 r.freed = r.freed.wrapping_add(n);
@@ -1552,18 +1552,14 @@ impl Link {
         }
     }
 
+    /// What the peer transmitted and this end never received is lost.
     fn apply_sync(&mut self, s: &SyncInfo) {
         let n = (s.vcs as usize).min(self.rx.len());
-        for (vc, r) in self.rx.iter_mut().enumerate().take(n) {
-            let lost = ahead(s.transmitted[vc], r.received);
-            if lost > 0 {
-                let lost = lost as u16;
-                r.received = r.received.wrapping_add(lost);
-                r.freed = r.freed.wrapping_add(lost);
-                self.stats.rx_lost_flits += lost as u64;
-                self.credit_dirty_since.get_or_insert(self.now);
-            }
+        let mut lost = [0u16; MAX_VCS];
+        for (vc, r) in self.rx.iter().enumerate().take(n) {
+            lost[vc] = ahead(s.transmitted[vc], r.received).max(0) as u16;
         }
+        self.write_off(&lost);
     }
 
     fn advance(&mut self, now: u64) {

@@ -83,9 +83,8 @@ impl FabricSpec {
     }
 
     /// [`FabricSpec::params`] for a fabric routed by `engine` under
-    /// `mechanism`: `auto` turns
-    /// the head-of-queue lifetime on where it is needed
-    /// ([`needs_hoq_lifetime`]), at the default for these links
+    /// `mechanism`: `auto` turns the head-of-queue lifetime on where it is
+    /// needed ([`needs_hoq_lifetime`]), at the default for these links
     /// (128 drains of a full buffer or a longest packet, at least
     /// [`HOQ_LIFETIME_FLOOR_NS`]).
     pub fn params_for(&self, engine: &str, mechanism: crate::mechanism::Mechanism) -> FabricParams {

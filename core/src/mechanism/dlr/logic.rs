@@ -318,31 +318,30 @@ impl Default for RerouteVector {
 }
 
 impl RerouteVector {
+    /// The set bits, lowest first.
+    fn set(&self) -> impl Iterator<Item = u32> {
+        let mut bits = self.bits;
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let j = bits.trailing_zeros();
+                bits &= bits - 1;
+                j
+            })
+        })
+    }
+
     /// The bits still set at `now`, `reset_ns` after their last U-turn.
     fn at(&self, now: u64, reset_ns: u64) -> u64 {
-        let mut bits = self.bits;
-        let mut live = 0;
-        while bits != 0 {
-            let j = bits.trailing_zeros();
-            bits &= bits - 1;
-            if now.saturating_sub(self.set_at[j as usize]) <= reset_ns {
-                live |= 1 << j;
-            }
-        }
-        live
+        self.set()
+            .filter(|&j| now.saturating_sub(self.set_at[j as usize]) <= reset_ns)
+            .fold(0, |live, j| live | 1 << j)
     }
 
     /// When the next bit is forgotten.
     fn next_expiry(&self, reset_ns: u64) -> Option<u64> {
-        let mut bits = self.bits;
-        let mut first: Option<u64> = None;
-        while bits != 0 {
-            let j = bits.trailing_zeros();
-            bits &= bits - 1;
-            let at = self.set_at[j as usize].saturating_add(reset_ns);
-            first = Some(first.map_or(at, |f| f.min(at)));
-        }
-        first
+        self.set()
+            .map(|j| self.set_at[j as usize].saturating_add(reset_ns))
+            .min()
     }
 }
 
