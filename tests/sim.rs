@@ -652,8 +652,8 @@ fn a_switch_restored_within_detection_is_reported_by_its_neighbours_in_the_simul
 /// Flits written off on the last hop count as lost by a cause (swarm
 /// seed 7731066710163952002 with `--stops`: a 3×3×3 torus without a
 /// mechanism, `r24` and `r07` stopped for 1.5 × `dead_after`; their hosts
-/// take them for dead, hear them again and drop what they sent, 4 flits
-/// written off at the hosts' own links, which the accounting left out).
+/// take them for dead, hear them again and drop what they sent: 4 flits
+/// written off at the hosts' own links, which the accounting counts).
 #[test]
 fn flits_lost_on_a_hosts_own_link_are_accounted_for() {
     let text = replays_clean(&["7731066710163952002", "--stops"]);
@@ -678,8 +678,8 @@ fn flits_dropped_by_a_retrain_on_a_link_killed_before_it_syncs_are_accounted_for
 /// switch dead or taken for dead (stopped past detection), whose hosts'
 /// packets bounce between the leaves and the top switches on the one VC
 /// (swarm seeds 2722417902136909294 and 8456751419244782388 with
-/// `--stops`, 4-ary 2-trees under SBRP-1, each of which wedged every
-/// buffer with 100 or more messages held). With a recovery protocol,
+/// `--stops`, 4-ary 2-trees under SBRP-1, each of which wedges every
+/// buffer without deadlock recovery). With a recovery protocol,
 /// `hoq-lifetime: auto` turns deadlock recovery on for it, and every
 /// message arrives once.
 #[test]
@@ -693,12 +693,12 @@ fn adaptive_dlr_with_a_recovery_protocol_recovers_from_deadlocks_beyond_its_guar
 /// Adaptive DLR recovers once faults beyond its guarantee are over (swarm
 /// seed 16817023878434011717 with `--stops`: a 3-ary 3-tree under SBRP-1,
 /// two links killed, then a middle switch SIGKILLed for 6 ms — three
-/// faults where the guarantee is two). While the switch was dead the leaf
-/// `s0-6` marked every up port in its re-route vector; the dead link that
-/// stays kept bouncing packets through one of them, and with the vector
-/// forgotten only after a period without any U-turn, every U-turn there
-/// was discarded to the end: 201 messages lost, more the longer traffic
-/// ran. Each port's bit is forgotten on its own, and nothing is lost.
+/// faults where the guarantee is two). While the switch is dead the leaf
+/// `s0-6` marks every up port in its re-route vector, and the dead link
+/// that stays keeps bouncing packets through one of them. Each port's bit
+/// is forgotten on its own, so the other ports take U-turns again once the
+/// switch is back and nothing is lost; a vector forgotten only after a
+/// period without any U-turn would discard every U-turn there to the end.
 #[test]
 fn adaptive_dlr_forgets_the_ports_marked_while_beyond_its_guarantee() {
     replays_clean(&["16817023878434011717", "--stops"]);

@@ -656,7 +656,7 @@ mod props {
 /// those ports. Were the vector forgotten only after a period without any
 /// U-turn, those bounces would keep the stale bits set for ever and every
 /// U-turn at the leaf would be discarded (swarm seed 16817023878434011717
-/// with `--stops` lost messages at a steady rate long after the restart).
+/// with `--stops`).
 #[test]
 fn a_re_route_vector_forgets_the_ports_that_stopped_bouncing() {
     let topo = kary_ntree(3, 3).unwrap();
