@@ -718,6 +718,8 @@ impl Link {
     pub fn with_epoch(cfg: LinkConfig, epoch: u16) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let vcs = cfg.vcs as usize;
+        // Both ends of a new fabric start empty: a new end presumes the
+        // peer's buffer is, until the peer's first header resets it.
         let baseline_tx = TxVc {
             baseline: true,
             ..TxVc::default()
@@ -797,9 +799,13 @@ impl Link {
         self.epoch
     }
 
-    /// Credits left on `vc` (0 for a VC out of range).
+    /// Credits left on `vc` (0 for a VC out of range). None until the
+    /// peer has reported its buffer: a peer heard for the first time may
+    /// still hold flits of this end's previous incarnation (it did not
+    /// restart; this end did), so its buffer is not presumed empty.
     pub fn credits(&self, vc: u8) -> u16 {
         match self.tx.get(vc as usize) {
+            Some(t) if !t.baseline => 0,
             Some(t) => {
                 let used = t.consumed.wrapping_sub(t.peer_freed);
                 self.cfg.buffer_depth.saturating_sub(used)
@@ -815,8 +821,11 @@ impl Link {
         if !self.is_up() {
             return 0;
         }
-        (0..self.cfg.vcs)
-            .map(|vc| (self.cfg.buffer_depth - self.credits(vc)) as u64)
+        // Before the peer's buffer report only the flits queued since the
+        // reset are out (`peer_freed` is 0 then).
+        self.tx
+            .iter()
+            .map(|t| t.consumed.wrapping_sub(t.peer_freed) as u64)
             .sum()
     }
 
@@ -2016,8 +2025,12 @@ mod tests {
 
     fn connected(c: LinkConfig) -> (Link, Link) {
         let mut a = Link::with_epoch(c.clone(), 10).unwrap();
-        let mut b = Link::with_epoch(c, 20).unwrap();
+        let mut b = Link::with_epoch(c.clone(), 20).unwrap();
         exchange(0, &mut a, &mut b, &mut pass);
+        // The buffer reports (the credit baselines) are in after the
+        // propagation delay; until then neither end has a credit.
+        a.handle_timeout(c.propagation_ns);
+        b.handle_timeout(c.propagation_ns);
         assert!(a.is_peer_alive() && b.is_peer_alive());
         assert_eq!(a.poll_event(), Some(LinkEvent::PeerUp));
         assert_eq!(b.poll_event(), Some(LinkEvent::PeerUp));
@@ -2616,6 +2629,58 @@ mod tests {
         a.release(0, 1).unwrap();
         exchange(30, &mut a, &mut b, &mut pass);
         assert_eq!(b.credits(0), 4);
+    }
+
+    /// An end that restarted hears a peer that did not, and that still
+    /// holds flits of the end's old incarnation. The end has no credit
+    /// until the peer's buffer report (one propagation delay behind its
+    /// header) counts them, so nothing it sends finds a full buffer.
+    #[test]
+    fn a_restarted_end_has_no_credit_until_the_peer_reports_what_it_holds() {
+        let c = LinkConfig {
+            propagation_ns: 1_000,
+            ..cfg()
+        };
+        let (mut a, mut b) = connected(c.clone());
+        for seq in 0..4 {
+            a.send(flit(0, seq)).unwrap();
+        }
+        exchange(10_000, &mut a, &mut b, &mut pass);
+        exchange(20_000, &mut a, &mut b, &mut pass);
+        assert_eq!(drain(&mut b).len(), 4, "b holds four: its buffer is full");
+        drop(a);
+        let mut a = Link::with_epoch(c, 11).unwrap();
+        let now = 30_000;
+        let mut buf = Vec::new();
+        assert!(a.poll_transmit(now, &mut buf));
+        b.handle_datagram_slice(now, &buf).unwrap();
+        while b.poll_transmit(now, &mut buf) {
+            a.handle_datagram_slice(now, &buf).unwrap();
+        }
+        assert!(a.is_peer_alive(), "a knows b; b's report is propagating");
+        let mut seq = 100;
+        while a.can_send(0) && seq < 110 {
+            a.send(flit(0, seq)).unwrap();
+            seq += 1;
+        }
+        assert_eq!(seq, 100, "no credit before the report");
+        for t in [1_000, 2_000, 3_000] {
+            exchange(now + t, &mut a, &mut b, &mut pass);
+        }
+        assert_eq!(a.credits(0), 0, "the report counts b's four");
+        b.release(0, 4).unwrap();
+        for t in [4_000, 5_000, 6_000] {
+            exchange(now + t, &mut a, &mut b, &mut pass);
+        }
+        assert_eq!(a.credits(0), 4);
+        for seq in 200..204 {
+            a.send(flit(0, seq)).unwrap();
+        }
+        for t in [7_000, 8_000, 9_000] {
+            exchange(now + t, &mut a, &mut b, &mut pass);
+        }
+        assert_eq!(drain(&mut b).len(), 4);
+        assert_eq!(b.stats().rx_overflow, 0);
     }
 
     #[test]
