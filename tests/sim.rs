@@ -703,3 +703,16 @@ fn adaptive_dlr_with_a_recovery_protocol_recovers_from_deadlocks_beyond_its_guar
 fn adaptive_dlr_forgets_the_ports_marked_while_beyond_its_guarantee() {
     replays_clean(&["16817023878434011717", "--stops"]);
 }
+
+/// A restarted switch sends nothing into a neighbour's buffer before the
+/// neighbour has reported it (swarm seed 757787782197928832 with
+/// `--stops`: a PGFT with parallel cables under SBRP-0; `s0-2` is stopped
+/// for 9 ms while `s1-0` is SIGKILLed and restarted, so `s0-2` runs again
+/// holding 16 flits of the old `s1-0` in a full buffer). The new `s1-0`
+/// has no credit until `s0-2`'s first report counts them; presuming the
+/// buffer empty, it sent a flit into it.
+#[test]
+fn a_restarted_switch_waits_for_its_neighbours_buffer_report() {
+    let text = replays_clean(&["757787782197928832", "--stops"]);
+    assert!(text.contains("credits     0 violations"), "{text}");
+}
