@@ -20,6 +20,7 @@
 //! shorter traffic. `flitctl sim --replay SEED` runs one seed again.
 
 use crate::controller::decide::Settle;
+use crate::mechanism::Mechanism as FabricMechanism;
 use crate::scenario::{
     Action, ActionKind, FabricSection, Mechanism, Scenario, ScenarioFile, Target, Time,
     TrafficSection,
@@ -28,6 +29,8 @@ use crate::sim::engine::{ControllerTiming, Sim};
 use anyhow::{Context, Result};
 use clap::Args;
 use flitnet_core::control::SwitchingMode;
+use flitnet_core::mechanism::dlr::walk::DlrFabric;
+use flitnet_core::mechanism::dlr::DlrConfig;
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::routing::checker::{self, CheckFailure, CheckOptions};
 use flitnet_core::routing::RoutingTables;
@@ -891,6 +894,72 @@ fn lost_only_past_a_switch_without_a_way_up(
     ))
 }
 
+/// Host pairs that dynamic local rerouting does not connect under
+/// `faults`, by DLR's untimed walk model (`dlr::walk`, the switches'
+/// own decision logic) from a fresh state: every pair is walked three
+/// times over, so that an adaptive switch's re-route vector learns from
+/// the earlier walks, and a pair no walk delivered is not connected.
+/// Empty when the topology is not one DLR runs on.
+fn pairs_dlr_does_not_connect(
+    topo: &Topology,
+    mechanism: FabricMechanism,
+    faults: &FaultSet,
+) -> BTreeSet<(HostId, HostId)> {
+    let Some(cfg) = mechanism
+        .variant()
+        .and_then(|v| DlrConfig::of_variant(v, topo).ok().flatten())
+    else {
+        return BTreeSet::new();
+    };
+    let Ok(mut fabric) = DlrFabric::new(topo, cfg) else {
+        return BTreeSet::new();
+    };
+    fabric.set_faults(faults);
+    let hosts = topo.num_hosts() as HostId;
+    let pairs = (0..hosts).flat_map(|s| (0..hosts).filter(move |&d| d != s).map(move |d| (s, d)));
+    let mut unconnected: BTreeSet<(HostId, HostId)> = pairs.collect();
+    for _ in 0..3 {
+        unconnected.retain(|&(s, d)| !fabric.walk(s, d, 0).is_ok_and(|w| w.delivered()));
+    }
+    unconnected
+}
+
+/// Under dynamic local rerouting, a loss outside DLR's guarantee: the
+/// faults in force at the end leave some pairs that DLR's walk model does
+/// not connect ([`pairs_dlr_does_not_connect`]), and every message lost
+/// between connected hosts was between such a pair. SBRP resends over the
+/// routing the switches do, so a pair they do not connect stays cut off;
+/// controller re-routing would connect it.
+fn lost_only_where_dlr_does_not_connect(
+    scenario: &Scenario,
+    out: &crate::sim::engine::Outcome,
+    unreachable: &BTreeSet<NodeRef>,
+    t: &crate::report::Totals,
+) -> Option<String> {
+    if !scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
+        return None;
+    }
+    let lost = lost_by_pair(&out.hosts, unreachable);
+    let topo = &scenario.topo;
+    let unconnected = pairs_dlr_does_not_connect(
+        topo,
+        scenario.file.mechanism.fabric(),
+        &final_faults(scenario),
+    );
+    if unconnected.is_empty() || lost.is_empty() || !lost.keys().all(|p| unconnected.contains(p)) {
+        return None;
+    }
+    let n: u64 = lost.values().sum();
+    let (s, d) = lost.keys().next().copied()?;
+    Some(format!(
+        "every message lost ({n}, on {} flows) was between hosts that the topology still connects but dynamic local rerouting does not under the final faults ({} pairs, by DLR's walk model, e.g. {} -> {}): outside DLR's guarantee, which the faults exceed (docs/simulation.md)",
+        lost.len(),
+        unconnected.len(),
+        topo.node_name(NodeRef::Host(s)),
+        topo.node_name(NodeRef::Host(d)),
+    ))
+}
+
 /// Runs one case and checks its invariants.
 pub fn check(case: &Case) -> Result<(Verdict, crate::chaos::ChaosReport)> {
     check_logged(case, None)
@@ -975,6 +1044,7 @@ pub fn check_logged(
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
         lost_only_where_unrouted(&scenario, &out, &unreachable, t)
             .or_else(|| lost_only_past_a_switch_without_a_way_up(&scenario, &out, &unreachable, t))
+            .or_else(|| lost_only_where_dlr_does_not_connect(&scenario, &out, &unreachable, t))
     } else {
         None
     };
