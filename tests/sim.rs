@@ -716,3 +716,13 @@ fn a_restarted_switch_waits_for_its_neighbours_buffer_report() {
     let text = replays_clean(&["757787782197928832", "--stops"]);
     assert!(text.contains("credits     0 violations"), "{text}");
 }
+
+/// A link restored while a switch at one end is administratively killed
+/// stays down at that end (swarm seed 18167593975258934502: a 3-ary
+/// 3-tree under adaptive DLR and SBRP-2; `s1-0` is killed, then one of its
+/// links killed and restored). Brought up, that one port took packets
+/// into the dead switch to the end of the run: 464 messages to `h03` lost.
+#[test]
+fn a_link_restored_to_a_killed_switch_stays_down_at_its_end_in_the_simulator() {
+    replays_clean(&["18167593975258934502"]);
+}

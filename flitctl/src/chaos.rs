@@ -20,7 +20,7 @@ use clap::Args;
 use flitnet_core::control::EventKind;
 use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
 use flitnet_core::switch::DropReason;
-use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, PortNo, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
 use flitnet_runtime::clock::{emulated, wall};
 use flitnet_runtime::control::ControlClient;
@@ -228,6 +228,9 @@ struct Chaos<'a> {
     killed_capacity: u64,
     /// Flits one port can buffer (VCs × depth).
     buffered_per_port: u64,
+    /// The kills in force, not yet repaired ([`Action::apply_to`]): what
+    /// a repair leaves down ([`Action::held_down`]).
+    faults: FaultSet,
     applied: Vec<Applied>,
     /// Actions that could not be carried out, with why.
     failed_actions: Vec<String>,
@@ -283,12 +286,24 @@ impl Chaos<'_> {
                 action.origin
             )
         };
+        let held = action.held_down(topo, &self.faults);
+        action.apply_to(&mut self.faults);
+        let ends_up = |ends: &mut dyn Iterator<Item = PortRef>| -> Result<()> {
+            for end in ends.filter(|e| !held.contains(e)) {
+                self.ctl.fabric.set_port(end, true).with_context(what)?;
+            }
+            Ok(())
+        };
         match (action.kind, action.target) {
             (ActionKind::KillLink, Target::Link { link, .. }) => {
                 self.ctl.fabric.set_link(link, false).with_context(what)?
             }
-            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+            (ActionKind::RestoreLink, Target::Link { link, .. }) if held.is_empty() => {
                 self.ctl.fabric.set_link(link, true).with_context(what)?
+            }
+            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+                let l = &topo.links[link as usize];
+                ends_up(&mut [l.a, l.b].into_iter())?
             }
             (ActionKind::Corrupt, Target::Link { end, .. }) => self
                 .ctl
@@ -300,11 +315,19 @@ impl Chaos<'_> {
                 .fabric
                 .set_all_ports(NodeRef::Switch(s), false)
                 .with_context(what)?,
-            (ActionKind::RestoreSwitch, Target::Switch(s)) => self
+            (ActionKind::RestoreSwitch, Target::Switch(s)) if held.is_empty() => self
                 .ctl
                 .fabric
                 .set_all_ports(NodeRef::Switch(s), true)
                 .with_context(what)?,
+            (ActionKind::RestoreSwitch, Target::Switch(s)) => ends_up(
+                &mut topo.switches[s as usize]
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.is_some())
+                    .map(|(port, _)| PortRef::switch(s, port as PortNo)),
+            )?,
             (ActionKind::SigkillSwitch, Target::Switch(s)) => {
                 let node = NodeRef::Switch(s);
                 // Input buffers and link output queues of every port.
@@ -317,11 +340,15 @@ impl Chaos<'_> {
                 .stop_for(NodeRef::Switch(s), action.lasts)
                 .with_context(what)?,
             // A rebooted switch has no table: it gets the current ones.
-            (ActionKind::RestartSwitch, Target::Switch(s)) => self
-                .ctl
-                .fabric
-                .restart_switch(s, &self.ctl.tables, Duration::from_secs(10))
-                .with_context(what)?,
+            (ActionKind::RestartSwitch, Target::Switch(s)) => {
+                self.ctl
+                    .fabric
+                    .restart_switch(s, &self.ctl.tables, Duration::from_secs(10))
+                    .with_context(what)?;
+                for &end in &held {
+                    self.ctl.fabric.set_port(end, false).with_context(what)?;
+                }
+            }
             (kind, target) => anyhow::bail!("{}: {kind:?} does not apply to {target:?}", what()),
         }
         let (kind, element) = (action.kind.name().to_string(), self.element(action.target));
@@ -712,6 +739,7 @@ pub fn run_scenario(
         retired: Vec::new(),
         killed_capacity: 0,
         buffered_per_port: params.vcs as u64 * params.buffer_depth as u64,
+        faults: FaultSet::none(),
         applied: Vec::new(),
         failed_actions: Vec::new(),
     };

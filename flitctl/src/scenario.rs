@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::RunSpec;
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortNo, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeSet;
@@ -664,6 +664,39 @@ impl Action {
             _ => return false,
         }
         true
+    }
+
+    /// The ports this repair would bring up that stay down, given the
+    /// faults in force before it (`before`, by [`Action::apply_to`]): a
+    /// port carries traffic only while its link is not killed and its own
+    /// switch is not killed. So a link restored while a switch at one end
+    /// is killed stays down at that end (the switch is still dead), and a
+    /// switch restored or restarted keeps its ends of killed links down.
+    /// Empty for anything but restore-link, restore-switch and
+    /// restart-switch.
+    pub fn held_down(&self, topo: &Topology, before: &FaultSet) -> Vec<PortRef> {
+        match (self.kind, self.target) {
+            (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+                let l = &topo.links[link as usize];
+                [l.a, l.b]
+                    .into_iter()
+                    .filter(
+                        |e| matches!(e.node, NodeRef::Switch(s) if before.switches.contains(&s)),
+                    )
+                    .collect()
+            }
+            (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => topo
+                .switches[s as usize]
+                .ports
+                .iter()
+                .enumerate()
+                .filter_map(|(port, l)| {
+                    l.filter(|l| before.links.contains(l))
+                        .map(|_| PortRef::switch(s, port as PortNo))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -1328,6 +1361,39 @@ mod tests {
             .actions
             .iter()
             .all(|a| a.kind == ActionKind::StopSwitch && a.lasts == Duration::from_millis(400)));
+    }
+
+    /// A repair brings up only the ports whose link is alive afterwards:
+    /// not the end of a restored link on a switch still killed, nor a
+    /// restored or restarted switch's end of a link still killed.
+    #[test]
+    fn a_repair_leaves_down_the_ports_of_faults_still_in_force() {
+        let s = parse(&format!(
+            "{HEAD}timeline:\n  - {{at: 1s, action: kill-switch, target: \"s0-0\"}}\n  - {{at: 1.1s, action: kill-link, target: \"s0-0:4\"}}\n  - {{at: 1.2s, action: restore-link, target: \"s0-0:4\"}}\n  - {{at: 1.3s, action: kill-link, target: \"s0-0:5\"}}\n  - {{at: 1.4s, action: restore-switch, target: \"s0-0\"}}\n  - {{at: 1.5s, action: sigkill-switch, target: \"s0-0\"}}\n  - {{at: 1.6s, action: restart-switch, target: \"s0-0\"}}\n  - {{at: 1.7s, action: restore-link, target: \"s0-0:5\"}}\n"
+        ))
+        .unwrap();
+        let s00 = match s.actions[0].target {
+            Target::Switch(id) => id,
+            Target::Link { .. } => unreachable!("a switch"),
+        };
+        let mut faults = FaultSet::none();
+        let held: Vec<Vec<PortRef>> = s
+            .actions
+            .iter()
+            .map(|a| {
+                let held = a.held_down(&s.topo, &faults);
+                a.apply_to(&mut faults);
+                held
+            })
+            .collect();
+        let end = |port| vec![PortRef::switch(s00, port)];
+        assert_eq!(held[2], end(4), "restored while s0-0 is killed");
+        assert_eq!(held[4], end(5), "s0-0 restored while its link is killed");
+        assert_eq!(held[6], end(5), "s0-0 restarted while its link is killed");
+        for i in [0, 1, 3, 5, 7] {
+            assert!(held[i].is_empty(), "action {i}: {:?}", held[i]);
+        }
+        assert_eq!(faults, FaultSet::none());
     }
 
     #[test]

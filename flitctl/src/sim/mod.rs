@@ -23,7 +23,7 @@ use crate::up::{self, KillBy, Recovery, Transport, UpArgs, UpOutcome};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
 use engine::{Op, Outcome, Plan, RestartTables, Sim, Step};
-use flitnet_core::topology::{FaultSet, NodeRef, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, PortNo, PortRef, Topology};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -214,12 +214,24 @@ pub(crate) fn open_events(path: Option<&Path>) -> Result<Option<Box<dyn std::io:
     })
 }
 
-/// The operations and record of one scenario action.
-fn step_of(topo: &Topology, a: &Action) -> Step {
+/// The operations and record of one scenario action; `before`, the
+/// faults in force before it ([`Action::held_down`]).
+fn step_of(topo: &Topology, a: &Action, before: &FaultSet) -> Step {
+    let held = a.held_down(topo, before);
+    let ends_up = |ends: Vec<PortRef>| -> Vec<Op> {
+        ends.into_iter()
+            .filter(|e| !held.contains(e))
+            .map(|end| Op::SetPort { end, up: true })
+            .collect()
+    };
     let ops = match (a.kind, a.target) {
         (ActionKind::KillLink, Target::Link { link, .. }) => vec![Op::SetLink { link, up: false }],
-        (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+        (ActionKind::RestoreLink, Target::Link { link, .. }) if held.is_empty() => {
             vec![Op::SetLink { link, up: true }]
+        }
+        (ActionKind::RestoreLink, Target::Link { link, .. }) => {
+            let l = &topo.links[link as usize];
+            ends_up(vec![l.a, l.b])
         }
         (ActionKind::Corrupt, Target::Link { end, .. }) => vec![Op::Corrupt {
             end,
@@ -229,19 +241,34 @@ fn step_of(topo: &Topology, a: &Action) -> Step {
             switch: s,
             up: false,
         }],
-        (ActionKind::RestoreSwitch, Target::Switch(s)) => vec![Op::SetAllPorts {
-            switch: s,
-            up: true,
-        }],
+        (ActionKind::RestoreSwitch, Target::Switch(s)) if held.is_empty() => {
+            vec![Op::SetAllPorts {
+                switch: s,
+                up: true,
+            }]
+        }
+        (ActionKind::RestoreSwitch, Target::Switch(s)) => ends_up(
+            topo.switches[s as usize]
+                .ports
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_some())
+                .map(|(port, _)| PortRef::switch(s, port as PortNo))
+                .collect(),
+        ),
         (ActionKind::SigkillSwitch, Target::Switch(s)) => vec![Op::Stop { switch: s }],
         (ActionKind::StopSwitch, Target::Switch(s)) => vec![Op::Stall {
             switch: s,
             for_ns: a.lasts.as_nanos() as u64,
         }],
-        (ActionKind::RestartSwitch, Target::Switch(s)) => vec![Op::Restart {
-            switch: s,
-            tables: RestartTables::Current,
-        }],
+        (ActionKind::RestartSwitch, Target::Switch(s)) => {
+            let restart = Op::Restart {
+                switch: s,
+                tables: RestartTables::Current,
+            };
+            let down = held.iter().map(|&end| Op::SetPort { end, up: false });
+            std::iter::once(restart).chain(down).collect()
+        }
         _ => Vec::new(),
     };
     let element = match a.target {
@@ -286,7 +313,15 @@ pub fn scenario_plan(scenario: &Scenario) -> Result<Plan> {
         reroute: f.mechanism.acts_on_faults(),
         reconfiguration: Reconfiguration::choose(f.fabric.reconfiguration, topo),
         mechanism,
-        steps: scenario.actions.iter().map(|a| step_of(topo, a)).collect(),
+        steps: scenario
+            .actions
+            .iter()
+            .scan(FaultSet::none(), |faults, a| {
+                let step = step_of(topo, a, faults);
+                a.apply_to(faults);
+                Some(step)
+            })
+            .collect(),
         seed: f.seed,
         params,
         timing: Default::default(),
