@@ -460,6 +460,24 @@ fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
     );
 }
 
+/// Under adaptive DLR, a loss between a pair that DLR's walk model does
+/// not connect under the final faults is explained (swarm seed
+/// 18348894412652490210: a 2-ary 3-tree under SBRP-0, two links killed
+/// 0.3 ms apart, two faults where the guarantee is one). Every message
+/// lost was on `h3 -> h6`, one of the 8 pairs the model leaves cut.
+#[test]
+fn a_loss_between_pairs_dlr_does_not_connect_is_explained() {
+    let out = flitctl(&["sim", "--replay", "18348894412652490210"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("explained: every message lost")
+            && text.contains("dynamic local rerouting does not under the final faults (8 pairs"),
+        "{text}"
+    );
+    assert!(text.contains("lost per flow: h3->h6"), "{text}");
+}
+
 /// A timeline step due while the controller re-routes takes effect when
 /// the re-route ends, as on the live controller's single loop, and the
 /// report says so: here a 4-cube's `r12` is administratively killed 2 ms
