@@ -744,3 +744,20 @@ fn a_restarted_switch_waits_for_its_neighbours_buffer_report() {
 fn a_link_restored_to_a_killed_switch_stays_down_at_its_end_in_the_simulator() {
     replays_clean(&["18167593975258934502"]);
 }
+
+/// A switch killed and restored in one step (both steps due during a
+/// re-route, so applied at the same instant): the flits still propagating
+/// toward its ports are dropped, the middle of packets their senders go
+/// on sending. Each such port resets its link when it hears the sender
+/// again, as if the flits had arrived while it was disabled, so the worm
+/// is cut and recovered instead of reaching its receiver with a hole
+/// (swarm seeds 12739834127010540608 and 18285394202779887901 with
+/// `--stops`: fat trees under SBRP-2 and SBRP-0, 1 and 4 messages
+/// delivered corrupted).
+#[test]
+fn a_switch_killed_and_restored_at_once_cuts_the_packets_it_dropped() {
+    for seed in ["12739834127010540608", "18285394202779887901"] {
+        let text = replays_clean(&[seed, "--stops"]);
+        assert!(text.contains("corrupted 0"), "{text}");
+    }
+}

@@ -1032,6 +1032,10 @@ impl Link {
     pub fn set_admin_up(&mut self, up: bool) {
         self.admin_up = up;
         if !up {
+            // Flits still propagating are dropped as if they arrived now:
+            // they may be the middle of a packet whose rest the peer goes
+            // on sending, so they count as dropped while disabled (below).
+            let flits_dropped = !self.flits_in_flight.is_empty();
             self.stats.rx_dropped_down += self.drop_in_flight();
             // While disabled we hear nothing, so we no longer know which
             // incarnation is at the other end: data waits, once re-enabled,
@@ -1045,8 +1049,8 @@ impl Link {
             // A disabled link does not train; re-enabling starts afresh.
             self.retrain_until = None;
             self.reset_tx = None;
-            self.dropped_while_disabled = false;
-            self.heard_while_disabled = None;
+            self.dropped_while_disabled = flits_dropped;
+            self.heard_while_disabled = flits_dropped.then_some(self.now);
         } else {
             self.next_sync_at = None;
             // What the peer sent while we were down was dropped on purpose,
@@ -2928,6 +2932,36 @@ mod tests {
         assert!(a.is_up() && b.is_up());
         assert_eq!((a.stats().link_errors, b.stats().link_errors), (0, 0));
         assert_eq!(b.credits(0), 4, "the dropped flit was written off");
+        // Disabled and enabled again at once (a switch killed and restored
+        // in one step) with flits still propagating toward `a`: they are
+        // dropped, the middle of a packet `b` goes on sending, so the link
+        // resets as if they had arrived while `a` was disabled.
+        let c = LinkConfig {
+            propagation_ns: 1_000,
+            ..cfg()
+        };
+        let (mut a, mut b) = connected(c);
+        b.send(flit(0, 0)).unwrap();
+        let mut buf = Vec::new();
+        assert!(b.poll_transmit(10_000, &mut buf));
+        a.handle_datagram_slice(10_000, &buf).unwrap();
+        events(&mut a);
+        a.set_admin_up(false);
+        a.set_admin_up(true);
+        assert_eq!(a.stats().rx_dropped_down, 1);
+        b.send(flit(0, 1)).unwrap();
+        exchange(10_500, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            events(&mut a),
+            vec![
+                LinkEvent::LinkError {
+                    cause: LinkErrorCause::DroppedWhileDisabled,
+                    by_peer: false
+                },
+                LinkEvent::PeerDown
+            ]
+        );
+        assert!(drain(&mut a).is_empty(), "nothing after the dropped flit");
     }
 
     #[test]
