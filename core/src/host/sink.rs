@@ -233,6 +233,13 @@ impl Flow {
         seq < self.watermark || self.above.contains(&seq) || self.held.contains_key(&seq)
     }
 
+    /// Whether `seq` was completed with flits of a recovery resend: one
+    /// delivered so, or one held back for order (its original may still
+    /// arrive meanwhile: late, not doubled).
+    fn recovered(&self, seq: u32) -> bool {
+        self.recovered.contains(&seq) || self.held.get(&seq).is_some_and(|(a, _)| a.recovered)
+    }
+
     /// Records delivery of `seq` (`recovered`: completed with flits of a
     /// recovery resend); returns (out of order, message numbers given up
     /// on to keep within the reorder window).
@@ -529,7 +536,7 @@ impl Sink {
                 // A recovery resend of a message that made it after all
                 // (spec 003 §5.8): expected, and discarded.
                 self.stats.redundant_resends += 1;
-            } else if flow.recovered.contains(&seq) {
+            } else if flow.recovered(seq) {
                 // The original of a message its resend completed: late,
                 // not doubled; discarded.
                 self.stats.stale_originals += 1;
@@ -817,6 +824,27 @@ mod tests {
         assert_eq!(s.stats().duplicate_messages, 1);
         assert_eq!(s.stats().stale_originals, 1);
         assert_eq!(s.stats().delivered_messages, 2);
+    }
+
+    /// In order (SBRP), a message a resend completed may wait for an
+    /// earlier one; its original arriving meanwhile is late, not doubled.
+    #[test]
+    fn a_late_original_of_a_recovered_message_held_for_order_is_not_a_duplicate() {
+        let mut s = sink();
+        s.set_in_order(true);
+        let original = message(1, 1, 1, 4, 0).remove(0);
+        let mut resend = original.clone();
+        for f in &mut resend {
+            f.flags |= flags::RETRANSMISSION;
+        }
+        feed(&mut s, 10, &resend);
+        assert_eq!(s.held_messages(), 1, "message 1 waits for message 0");
+        feed(&mut s, 20, &original);
+        assert_eq!(s.stats().duplicate_messages, 0);
+        assert_eq!(s.stats().stale_originals, 1);
+        feed(&mut s, 30, &message(1, 0, 1, 4, 0).remove(0));
+        assert_eq!(s.stats().delivered_messages, 2);
+        assert_eq!(s.stats().recovered_messages, 1);
     }
 
     #[test]
