@@ -478,6 +478,26 @@ fn a_loss_between_pairs_dlr_does_not_connect_is_explained() {
     assert!(text.contains("lost per flow: h3->h6"), "{text}");
 }
 
+/// Under adaptive DLR, a loss after the faults went beyond its guarantee
+/// and it deadlocked is explained (swarm seed 5334917416993873166 with
+/// `--stops`: a 2-ary 3-tree under SBRP-1, a link killed, then `s1-2`
+/// stopped past detection — two faults where the guarantee is one). The
+/// deadlock outlasts the senders' hold window under the 50 ms lifetime,
+/// so what they no longer retain is lost, even between pairs the final
+/// faults connect.
+#[test]
+fn a_loss_after_a_deadlock_beyond_adaptive_dlrs_guarantee_is_explained() {
+    let out = flitctl(&["sim", "--replay", "5334917416993873166", "--stops"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("explained: every message lost")
+            && text.contains("adaptive DLR went beyond its guarantee (8 pairs")
+            && text.contains("head-of-queue lifetime drops"),
+        "{text}"
+    );
+}
+
 /// A timeline step due while the controller re-routes takes effect when
 /// the re-route ends, as on the live controller's single loop, and the
 /// report says so: here a 4-cube's `r12` is administratively killed 2 ms

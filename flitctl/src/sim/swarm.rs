@@ -960,6 +960,97 @@ fn lost_only_where_dlr_does_not_connect(
     ))
 }
 
+/// The fault sets in force one after the other during `scenario`: after
+/// each kill or repair, and with a switch stopped for longer than
+/// `dead_after` counted dead from its stop until it runs again (its
+/// neighbours take it for dead meanwhile).
+fn fault_sets_in_turn(scenario: &Scenario) -> Vec<FaultSet> {
+    enum Change<'a> {
+        Action(&'a Action),
+        Stopped(SwitchId),
+        Runs(SwitchId),
+    }
+    let dead_after = scenario.file.fabric.dead_after.0;
+    let mut changes: Vec<(Duration, Change)> = Vec::new();
+    for a in &scenario.actions {
+        match (a.kind, a.target) {
+            (ActionKind::StopSwitch, Target::Switch(s)) if a.lasts >= dead_after => {
+                changes.push((a.at, Change::Stopped(s)));
+                changes.push((a.at + a.lasts, Change::Runs(s)));
+            }
+            _ => changes.push((a.at, Change::Action(a))),
+        }
+    }
+    // Stable: changes at the same time keep the schedule's order.
+    changes.sort_by_key(|(at, _)| *at);
+    let mut faults = FaultSet::none();
+    let mut sets: Vec<FaultSet> = Vec::new();
+    for (_, change) in changes {
+        match change {
+            Change::Action(a) => _ = a.apply_to(&mut faults),
+            Change::Stopped(s) => _ = faults.switches.insert(s),
+            Change::Runs(s) => _ = faults.switches.remove(&s),
+        }
+        if sets.last() != Some(&faults) {
+            sets.push(faults.clone());
+        }
+    }
+    sets
+}
+
+/// Under adaptive DLR, a loss after the faults went beyond its guarantee
+/// and it deadlocked, as *Dynamic Fault Tolerance in Fat Trees* reports
+/// it can (Fig. 12): some fault set in force during the run leaves pairs
+/// that DLR's walk model does not connect, the head-of-queue lifetime
+/// broke deadlocks (its drops), and nothing but loss broke the promise.
+/// Deadlock recovery drops a head per lifetime; a deadlock that outlasts
+/// the senders' hold window loses what they no longer retain, even
+/// between pairs the final faults connect.
+fn lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(
+    scenario: &Scenario,
+    out: &crate::sim::engine::Outcome,
+    unreachable: &BTreeSet<NodeRef>,
+    t: &crate::report::Totals,
+    hoq_lifetime_drops: u64,
+) -> Option<String> {
+    let mechanism = scenario.file.mechanism.fabric();
+    if !mechanism.deadlocks_beyond_guarantee() || !broken_only_by_loss(t) || hoq_lifetime_drops == 0
+    {
+        return None;
+    }
+    let lost = lost_by_pair(&out.hosts, unreachable);
+    if lost.is_empty() {
+        return None;
+    }
+    let topo = &scenario.topo;
+    let (faults, unconnected) = fault_sets_in_turn(scenario)
+        .into_iter()
+        .map(|f| {
+            let cut = pairs_dlr_does_not_connect(topo, mechanism, &f);
+            (f, cut)
+        })
+        .find(|(_, cut)| !cut.is_empty())?;
+    let names: Vec<String> = faults
+        .switches
+        .iter()
+        .map(|&s| topo.node_name(NodeRef::Switch(s)).to_string())
+        .chain(
+            faults
+                .links
+                .iter()
+                .map(|&l| crate::controller::link_name(topo, l)),
+        )
+        .collect();
+    let n: u64 = lost.values().sum();
+    Some(format!(
+        "every message lost ({n}, on {} flows) was lost after adaptive DLR went beyond its guarantee ({} pairs unconnected by DLR's walk model with {} faults in force, at {}) and deadlocked ({hoq_lifetime_drops} head-of-queue lifetime drops): outside DLR's guarantee, which the faults exceed (docs/simulation.md)",
+        lost.len(),
+        unconnected.len(),
+        faults.links.len() + faults.switches.len(),
+        names.join(", "),
+    ))
+}
+
 /// Runs one case and checks its invariants.
 pub fn check(case: &Case) -> Result<(Verdict, crate::chaos::ChaosReport)> {
     check_logged(case, None)
@@ -1045,6 +1136,16 @@ pub fn check_logged(
         lost_only_where_unrouted(&scenario, &out, &unreachable, t)
             .or_else(|| lost_only_past_a_switch_without_a_way_up(&scenario, &out, &unreachable, t))
             .or_else(|| lost_only_where_dlr_does_not_connect(&scenario, &out, &unreachable, t))
+            .or_else(|| {
+                let hoq = run.drops.get("hoq-lifetime").copied().unwrap_or(0);
+                lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(
+                    &scenario,
+                    &out,
+                    &unreachable,
+                    t,
+                    hoq,
+                )
+            })
     } else {
         None
     };
