@@ -450,13 +450,9 @@ fn a_switch_restarted_faster_than_detection_loses_nothing() {
 /// the subtree below `s1-2`, and the swarm names that switch.
 #[test]
 fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
-    let out = flitctl(&["sim", "--replay", "13054188782844823925"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("explained: every message lost")
-            && text.contains("a switch whose up-links are all dead (s1-2)"),
-        "{text}"
+    replays_explained(
+        &["13054188782844823925"],
+        &["a switch whose up-links are all dead (s1-2)"],
     );
 }
 
@@ -467,15 +463,13 @@ fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
 /// lost was on `h3 -> h6`, one of the 8 pairs the model leaves cut.
 #[test]
 fn a_loss_between_pairs_dlr_does_not_connect_is_explained() {
-    let out = flitctl(&["sim", "--replay", "18348894412652490210"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("explained: every message lost")
-            && text.contains("dynamic local rerouting does not under the final faults (8 pairs"),
-        "{text}"
+    replays_explained(
+        &["18348894412652490210"],
+        &[
+            "dynamic local rerouting does not under the final faults (8 pairs",
+            "lost per flow: h3->h6",
+        ],
     );
-    assert!(text.contains("lost per flow: h3->h6"), "{text}");
 }
 
 /// Under adaptive DLR, a loss after the faults went beyond its guarantee
@@ -487,14 +481,12 @@ fn a_loss_between_pairs_dlr_does_not_connect_is_explained() {
 /// faults connect.
 #[test]
 fn a_loss_after_a_deadlock_beyond_adaptive_dlrs_guarantee_is_explained() {
-    let out = flitctl(&["sim", "--replay", "5334917416993873166", "--stops"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("explained: every message lost")
-            && text.contains("adaptive DLR went beyond its guarantee (8 pairs")
-            && text.contains("head-of-queue lifetime drops"),
-        "{text}"
+    replays_explained(
+        &["5334917416993873166", "--stops"],
+        &[
+            "adaptive DLR went beyond its guarantee (8 pairs",
+            "head-of-queue lifetime drops",
+        ],
     );
 }
 
@@ -523,15 +515,10 @@ fn a_step_due_during_a_re_route_is_reported_late_and_its_losses_recovered() {
 /// again), and every lost message is between such a pair.
 #[test]
 fn a_loss_between_pairs_the_routing_cannot_connect_is_explained() {
-    let out = flitctl(&["sim", "--replay", "6430731219633470040"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("explained: every message lost")
-            && text.contains("the re-routed tables do not"),
-        "{text}"
+    replays_explained(
+        &["6430731219633470040"],
+        &["the re-routed tables do not", "lost per flow: h00->h04"],
     );
-    assert!(text.contains("lost per flow: h00->h04"), "{text}");
 }
 
 /// The 7×7 mesh cell of SBRP's reproduction (SBRP-0, local rerouting, the
@@ -635,6 +622,19 @@ fn replays_clean(args: &[&str]) -> String {
         out.status.success() && text.contains("every invariant held"),
         "{args:?}:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// `flitctl sim --replay ARGS`: the run must break an invariant and be
+/// explained with every one of `reasons` in its text; the output.
+fn replays_explained(args: &[&str], reasons: &[&str]) -> String {
+    let out = flitctl(&[&["sim", "--replay"], args].concat()).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success(), "{args:?}:\n{text}");
+    assert!(
+        text.contains("explained: every message lost") && reasons.iter().all(|r| text.contains(r)),
+        "{args:?}:\n{text}"
     );
     text
 }

@@ -2749,6 +2749,12 @@ mod tests {
         std::iter::from_fn(|| l.poll_event()).collect()
     }
 
+    /// What an end reports when its link goes into a retrain for `cause`
+    /// while it is up: the error, then the link down.
+    fn retrain_events(cause: LinkErrorCause, by_peer: bool) -> Vec<LinkEvent> {
+        vec![LinkEvent::LinkError { cause, by_peer }, LinkEvent::PeerDown]
+    }
+
     fn flip(buf: &mut [u8]) {
         let i = buf.len() - 1;
         buf[i] ^= 0x5A;
@@ -2802,13 +2808,7 @@ mod tests {
         );
         assert_eq!(
             events(&mut b),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::PeerReturned,
-                    by_peer: true
-                },
-                LinkEvent::PeerDown
-            ]
+            retrain_events(LinkErrorCause::PeerReturned, true)
         );
         assert!(a.is_retraining() && b.is_retraining());
         let t = run(t, t + RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
@@ -2880,25 +2880,13 @@ mod tests {
         exchange(t, &mut a, &mut b, &mut pass);
         assert_eq!(
             events(&mut a),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::DroppedWhileDisabled,
-                    by_peer: false
-                },
-                LinkEvent::PeerDown
-            ]
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
         );
         exchange(t, &mut a, &mut b, &mut pass);
         // The peer fails its port: its owner reports what crossed it.
         assert_eq!(
             events(&mut b),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::DroppedWhileDisabled,
-                    by_peer: true
-                },
-                LinkEvent::PeerDown
-            ]
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, true)
         );
         let t = run(t, t + RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
         exchange(t, &mut a, &mut b, &mut pass);
@@ -2953,13 +2941,7 @@ mod tests {
         exchange(10_500, &mut a, &mut b, &mut pass);
         assert_eq!(
             events(&mut a),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::DroppedWhileDisabled,
-                    by_peer: false
-                },
-                LinkEvent::PeerDown
-            ]
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
         );
         assert!(drain(&mut a).is_empty(), "nothing after the dropped flit");
     }
@@ -2983,29 +2965,11 @@ mod tests {
         assert_eq!(damaged, 1);
         assert_eq!(b.stats().crc_errors, 1);
         assert_eq!(b.stats().link_errors, 1);
-        assert_eq!(
-            events(&mut b),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::Crc,
-                    by_peer: false
-                },
-                LinkEvent::PeerDown
-            ]
-        );
+        assert_eq!(events(&mut b), retrain_events(LinkErrorCause::Crc, false));
         // b told a at once with a link reset: both ends are down.
         assert_eq!(b.stats().tx_link_resets, 1);
         assert_eq!(a.stats().peer_link_resets, 1);
-        assert_eq!(
-            events(&mut a),
-            vec![
-                LinkEvent::LinkError {
-                    cause: LinkErrorCause::Crc,
-                    by_peer: true
-                },
-                LinkEvent::PeerDown
-            ]
-        );
+        assert_eq!(events(&mut a), retrain_events(LinkErrorCause::Crc, true));
         assert!(a.is_retraining() && b.is_retraining());
         assert!(!a.is_up() && !b.is_up());
         assert!(

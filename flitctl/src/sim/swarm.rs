@@ -764,27 +764,48 @@ fn lost_by_pair(
     lost
 }
 
+/// What an explanation of a run that broke exactly-once by losses alone
+/// looks at ([`EXPLANATIONS`]).
+struct FailedRun<'a> {
+    scenario: &'a Scenario,
+    out: &'a crate::sim::engine::Outcome,
+    /// Messages lost between hosts the faults never cut off, per (sender,
+    /// receiver); not empty.
+    lost: BTreeMap<(HostId, HostId), u64>,
+    /// Flits the head-of-queue lifetime dropped (deadlocks broken).
+    hoq_lifetime_drops: u64,
+}
+
+/// The documented limitations a failed run may fall under, tried in turn
+/// (docs/simulation.md, "Explained"): each returns why, or `None`.
+const EXPLANATIONS: &[fn(&FailedRun) -> Option<String>] = &[
+    lost_only_where_unrouted,
+    lost_only_past_a_switch_without_a_way_up,
+    lost_only_where_dlr_does_not_connect,
+    lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee,
+];
+
 /// Whether exactly-once delivery broke only by messages lost: none
-/// duplicated, out of order or still held (what an explanation by where
-/// the losses are can account for).
+/// duplicated, out of order, corrupted, misdelivered or still held (what
+/// an explanation by where the losses are can account for).
 fn broken_only_by_loss(t: &crate::report::Totals) -> bool {
-    t.messages_lost > 0 && t.duplicates == 0 && t.out_of_order == 0 && t.retained == 0
+    t.messages_lost > 0
+        && t.duplicates == 0
+        && t.out_of_order == 0
+        && t.corrupted == 0
+        && t.misdelivered_packets == 0
+        && t.retained == 0
 }
 
 /// Under SBRP with controller re-routing, a loss outside the promise: every
 /// message lost between connected hosts was between a pair the final
 /// tables do not route (SBRP recovers what a detected fault cut, over a
 /// routing that still connects the pair), and nothing else broke.
-fn lost_only_where_unrouted(
-    scenario: &Scenario,
-    out: &crate::sim::engine::Outcome,
-    unreachable: &BTreeSet<NodeRef>,
-    t: &crate::report::Totals,
-) -> Option<String> {
-    if scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
+fn lost_only_where_unrouted(run: &FailedRun) -> Option<String> {
+    let (scenario, out, lost) = (run.scenario, run.out, &run.lost);
+    if scenario.file.mechanism.is_dlr() {
         return None;
     }
-    let lost = lost_by_pair(&out.hosts, unreachable);
     let unrouted = unrouted_pairs(&scenario.topo, &final_faults(scenario), &out.tables);
     if unrouted.is_empty() || !lost.keys().all(|p| unrouted.contains(p)) {
         return None;
@@ -858,13 +879,9 @@ fn switches_without_a_way_up(topo: &Topology, faults: &FaultSet) -> Vec<SwitchId
 /// leaves below it still send such packets up through it (DLR's decisions
 /// see only a switch's own ports), it can only discard them, and SBRP's
 /// resends meet the same dead end; controller re-routing avoids the switch.
-fn lost_only_past_a_switch_without_a_way_up(
-    scenario: &Scenario,
-    out: &crate::sim::engine::Outcome,
-    unreachable: &BTreeSet<NodeRef>,
-    t: &crate::report::Totals,
-) -> Option<String> {
-    if !scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
+fn lost_only_past_a_switch_without_a_way_up(run: &FailedRun) -> Option<String> {
+    let (scenario, lost) = (run.scenario, &run.lost);
+    if !scenario.file.mechanism.is_dlr() {
         return None;
     }
     let topo = &scenario.topo;
@@ -873,13 +890,12 @@ fn lost_only_past_a_switch_without_a_way_up(
             .into_iter()
             .map(|s| (s, hosts_below(topo, s)))
             .collect();
-    let lost = lost_by_pair(&out.hosts, unreachable);
     let explained = |(src, dst): &(HostId, HostId)| {
         stuck
             .iter()
             .any(|(_, below)| below.contains(src) && !below.contains(dst))
     };
-    if stuck.is_empty() || lost.is_empty() || !lost.keys().all(explained) {
+    if stuck.is_empty() || !lost.keys().all(explained) {
         return None;
     }
     let n: u64 = lost.values().sum();
@@ -930,23 +946,18 @@ fn pairs_dlr_does_not_connect(
 /// between connected hosts was between such a pair. SBRP resends over the
 /// routing the switches do, so a pair they do not connect stays cut off;
 /// controller re-routing would connect it.
-fn lost_only_where_dlr_does_not_connect(
-    scenario: &Scenario,
-    out: &crate::sim::engine::Outcome,
-    unreachable: &BTreeSet<NodeRef>,
-    t: &crate::report::Totals,
-) -> Option<String> {
-    if !scenario.file.mechanism.is_dlr() || !broken_only_by_loss(t) {
+fn lost_only_where_dlr_does_not_connect(run: &FailedRun) -> Option<String> {
+    let (scenario, lost) = (run.scenario, &run.lost);
+    if !scenario.file.mechanism.is_dlr() {
         return None;
     }
-    let lost = lost_by_pair(&out.hosts, unreachable);
     let topo = &scenario.topo;
     let unconnected = pairs_dlr_does_not_connect(
         topo,
         scenario.file.mechanism.fabric(),
         &final_faults(scenario),
     );
-    if unconnected.is_empty() || lost.is_empty() || !lost.keys().all(|p| unconnected.contains(p)) {
+    if unconnected.is_empty() || !lost.keys().all(|p| unconnected.contains(p)) {
         return None;
     }
     let n: u64 = lost.values().sum();
@@ -1006,20 +1017,10 @@ fn fault_sets_in_turn(scenario: &Scenario) -> Vec<FaultSet> {
 /// Deadlock recovery drops a head per lifetime; a deadlock that outlasts
 /// the senders' hold window loses what they no longer retain, even
 /// between pairs the final faults connect.
-fn lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(
-    scenario: &Scenario,
-    out: &crate::sim::engine::Outcome,
-    unreachable: &BTreeSet<NodeRef>,
-    t: &crate::report::Totals,
-    hoq_lifetime_drops: u64,
-) -> Option<String> {
+fn lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(run: &FailedRun) -> Option<String> {
+    let (scenario, lost, hoq_lifetime_drops) = (run.scenario, &run.lost, run.hoq_lifetime_drops);
     let mechanism = scenario.file.mechanism.fabric();
-    if !mechanism.deadlocks_beyond_guarantee() || !broken_only_by_loss(t) || hoq_lifetime_drops == 0
-    {
-        return None;
-    }
-    let lost = lost_by_pair(&out.hosts, unreachable);
-    if lost.is_empty() {
+    if !mechanism.deadlocks_beyond_guarantee() || hoq_lifetime_drops == 0 {
         return None;
     }
     let topo = &scenario.topo;
@@ -1133,19 +1134,16 @@ pub fn check_logged(
     let explained = if violations.is_empty() {
         None
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
-        lost_only_where_unrouted(&scenario, &out, &unreachable, t)
-            .or_else(|| lost_only_past_a_switch_without_a_way_up(&scenario, &out, &unreachable, t))
-            .or_else(|| lost_only_where_dlr_does_not_connect(&scenario, &out, &unreachable, t))
-            .or_else(|| {
-                let hoq = run.drops.get("hoq-lifetime").copied().unwrap_or(0);
-                lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(
-                    &scenario,
-                    &out,
-                    &unreachable,
-                    t,
-                    hoq,
-                )
-            })
+        let lost = lost_by_pair(&out.hosts, &unreachable);
+        let failed = FailedRun {
+            scenario: &scenario,
+            out: &out,
+            lost,
+            hoq_lifetime_drops: run.drops.get("hoq-lifetime").copied().unwrap_or(0),
+        };
+        (broken_only_by_loss(t) && !failed.lost.is_empty())
+            .then(|| EXPLANATIONS.iter().find_map(|explain| explain(&failed)))
+            .flatten()
     } else {
         None
     };
