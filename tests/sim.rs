@@ -792,3 +792,21 @@ fn a_late_original_of_a_message_held_for_order_is_no_duplicate() {
     let text = replays_clean(&["10263305652006465088", "--stops"]);
     assert!(text.contains("duplicates 0"), "{text}");
 }
+
+/// Without a recovery protocol, adaptive DLR's deadlock beyond its
+/// guarantee stalls the fabric, and the stall is explained (swarm seed
+/// 13304039404888309387 with `--stops`: a 3-ary 3-tree, the leaf `s0-8`
+/// stopped past detection, which is beyond the guarantee; 832 flits stay
+/// in switches, and `hoq-lifetime: auto` is off without a recovery
+/// protocol; with a 2 ms lifetime nothing stays).
+#[test]
+fn a_stall_after_adaptive_dlr_went_beyond_its_guarantee_is_explained() {
+    let out = flitctl(&["sim", "--replay", "13304039404888309387", "--stops"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("explained: the fabric deadlocked (832 flits still in switches)")
+            && text.contains("with s0-8 down"),
+        "{text}"
+    );
+}

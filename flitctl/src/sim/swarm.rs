@@ -1023,32 +1023,86 @@ fn lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(run: &FailedRun) -> Opti
     if !mechanism.deadlocks_beyond_guarantee() || hoq_lifetime_drops == 0 {
         return None;
     }
-    let topo = &scenario.topo;
-    let (faults, unconnected) = fault_sets_in_turn(scenario)
-        .into_iter()
-        .map(|f| {
-            let cut = pairs_dlr_does_not_connect(topo, mechanism, &f);
-            (f, cut)
-        })
-        .find(|(_, cut)| !cut.is_empty())?;
-    let names: Vec<String> = faults
-        .switches
-        .iter()
-        .map(|&s| topo.node_name(NodeRef::Switch(s)).to_string())
-        .chain(
-            faults
-                .links
-                .iter()
-                .map(|&l| crate::controller::link_name(topo, l)),
-        )
-        .collect();
+    let beyond = BeyondDlrsGuarantee::first_in(scenario)?;
     let n: u64 = lost.values().sum();
     Some(format!(
-        "every message lost ({n}, on {} flows) was lost after adaptive DLR went beyond its guarantee ({} pairs unconnected by DLR's walk model with {} faults in force, at {}) and deadlocked ({hoq_lifetime_drops} head-of-queue lifetime drops): outside DLR's guarantee, which the faults exceed (docs/simulation.md)",
+        "every message lost ({n}, on {} flows) was lost after adaptive DLR went beyond its guarantee ({beyond}) and deadlocked ({hoq_lifetime_drops} head-of-queue lifetime drops): outside DLR's guarantee, which the faults exceed (docs/simulation.md)",
         lost.len(),
-        unconnected.len(),
-        faults.links.len() + faults.switches.len(),
-        names.join(", "),
+    ))
+}
+
+/// The first fault set in force during a run ([`fault_sets_in_turn`])
+/// that leaves pairs DLR's walk model does not connect: DLR beyond its
+/// guarantee.
+struct BeyondDlrsGuarantee {
+    /// The faults in force, by name.
+    faults: Vec<String>,
+    unconnected: usize,
+}
+
+impl BeyondDlrsGuarantee {
+    fn first_in(scenario: &Scenario) -> Option<Self> {
+        let topo = &scenario.topo;
+        let mechanism = scenario.file.mechanism.fabric();
+        let (faults, unconnected) = fault_sets_in_turn(scenario)
+            .into_iter()
+            .map(|f| {
+                let cut = pairs_dlr_does_not_connect(topo, mechanism, &f);
+                (f, cut)
+            })
+            .find(|(_, cut)| !cut.is_empty())?;
+        let faults = faults
+            .switches
+            .iter()
+            .map(|&s| topo.node_name(NodeRef::Switch(s)).to_string())
+            .chain(
+                faults
+                    .links
+                    .iter()
+                    .map(|&l| crate::controller::link_name(topo, l)),
+            )
+            .collect();
+        Some(BeyondDlrsGuarantee {
+            faults,
+            unconnected: unconnected.len(),
+        })
+    }
+}
+
+impl std::fmt::Display for BeyondDlrsGuarantee {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} pairs DLR's walk model does not connect with {} down",
+            self.unconnected,
+            self.faults.join(", ")
+        )
+    }
+}
+
+/// Without a recovery protocol, under adaptive DLR: progress broke
+/// because the fabric deadlocked once the faults went beyond DLR's
+/// guarantee (*Dynamic Fault Tolerance in Fat Trees*, Fig. 12). Flits are
+/// still held in switches at the end, no head-of-queue lifetime broke a
+/// deadlock (`hoq-lifetime: auto` turns it on only with a recovery
+/// protocol, docs/sbrp.md "Deadlock"), and some fault set in force
+/// during the run leaves pairs DLR's walk model does not connect.
+fn stalled_beyond_adaptive_dlrs_guarantee(
+    scenario: &Scenario,
+    held_in_switches_flits: u64,
+    hoq_lifetime_drops: u64,
+) -> Option<String> {
+    let mechanism = scenario.file.mechanism.fabric();
+    if !mechanism.deadlocks_beyond_guarantee()
+        || scenario.file.promises_delivery()
+        || held_in_switches_flits == 0
+        || hoq_lifetime_drops > 0
+    {
+        return None;
+    }
+    let beyond = BeyondDlrsGuarantee::first_in(scenario)?;
+    Some(format!(
+        "the fabric deadlocked ({held_in_switches_flits} flits still in switches) after adaptive DLR went beyond its guarantee ({beyond}), with no deadlock recovery (without a recovery protocol `hoq-lifetime: auto` is off): outside DLR's guarantee, which the faults exceed (docs/simulation.md)"
     ))
 }
 
@@ -1144,6 +1198,12 @@ pub fn check_logged(
         (broken_only_by_loss(t) && !failed.lost.is_empty())
             .then(|| EXPLANATIONS.iter().find_map(|explain| explain(&failed)))
             .flatten()
+    } else if !sbrp && violations.iter().all(|v| v.starts_with("progress")) {
+        stalled_beyond_adaptive_dlrs_guarantee(
+            &scenario,
+            report.accounting.held_in_switches_flits,
+            run.drops.get("hoq-lifetime").copied().unwrap_or(0),
+        )
     } else {
         None
     };
