@@ -452,7 +452,10 @@ fn a_switch_restarted_faster_than_detection_loses_nothing() {
 fn a_loss_past_a_switch_with_every_up_link_dead_under_dlr_is_explained() {
     replays_explained(
         &["13054188782844823925"],
-        &["a switch whose up-links are all dead (s1-2)"],
+        &[
+            "explained: every message lost",
+            "a switch whose up-links are all dead (s1-2)",
+        ],
     );
 }
 
@@ -466,6 +469,7 @@ fn a_loss_between_pairs_dlr_does_not_connect_is_explained() {
     replays_explained(
         &["18348894412652490210"],
         &[
+            "explained: every message lost",
             "dynamic local rerouting does not under the final faults (8 pairs",
             "lost per flow: h3->h6",
         ],
@@ -484,6 +488,7 @@ fn a_loss_after_a_deadlock_beyond_adaptive_dlrs_guarantee_is_explained() {
     replays_explained(
         &["5334917416993873166", "--stops"],
         &[
+            "explained: every message lost",
             "adaptive DLR went beyond its guarantee (8 pairs",
             "head-of-queue lifetime drops",
         ],
@@ -517,7 +522,11 @@ fn a_step_due_during_a_re_route_is_reported_late_and_its_losses_recovered() {
 fn a_loss_between_pairs_the_routing_cannot_connect_is_explained() {
     replays_explained(
         &["6430731219633470040"],
-        &["the re-routed tables do not", "lost per flow: h00->h04"],
+        &[
+            "explained: every message lost",
+            "the re-routed tables do not",
+            "lost per flow: h00->h04",
+        ],
     );
 }
 
@@ -610,8 +619,7 @@ fn a_starved_router_in_the_mesh_cell_loses_messages_only_without_gap_recovery() 
 /// `r05` stopped for 3 × dead_after; 41 messages lost before).
 #[test]
 fn a_switch_back_from_a_stop_retrains_and_loses_nothing() {
-    let text = replays_clean(&["11343954407426422634", "--stops"]);
-    assert!(text.contains("stop-switch"), "{text}");
+    replays_clean_showing(&["11343954407426422634", "--stops"], "stop-switch");
 }
 
 /// `flitctl sim --replay ARGS`: every invariant must hold; the output.
@@ -626,6 +634,12 @@ fn replays_clean(args: &[&str]) -> String {
     text
 }
 
+/// [`replays_clean`], whose output must also show `shown`.
+fn replays_clean_showing(args: &[&str], shown: &str) {
+    let text = replays_clean(args);
+    assert!(text.contains(shown), "{args:?}: no {shown:?} in\n{text}");
+}
+
 /// `flitctl sim --replay ARGS`: the run must break an invariant and be
 /// explained with every one of `reasons` in its text; the output.
 fn replays_explained(args: &[&str], reasons: &[&str]) -> String {
@@ -633,7 +647,7 @@ fn replays_explained(args: &[&str], reasons: &[&str]) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!out.status.success(), "{args:?}:\n{text}");
     assert!(
-        text.contains("explained: every message lost") && reasons.iter().all(|r| text.contains(r)),
+        text.contains("\nexplained: ") && reasons.iter().all(|r| text.contains(r)),
         "{args:?}:\n{text}"
     );
     text
@@ -694,8 +708,7 @@ fn a_switch_restored_within_detection_is_reported_by_its_neighbours_in_the_simul
 /// written off at the hosts' own links, which the accounting counts).
 #[test]
 fn flits_lost_on_a_hosts_own_link_are_accounted_for() {
-    let text = replays_clean(&["7731066710163952002", "--stops"]);
-    assert!(text.contains("lost on links 9"), "{text}");
+    replays_clean_showing(&["7731066710163952002", "--stops"], "lost on links 9");
 }
 
 /// Flits dropped by a link going into a retrain count as lost on the link
@@ -707,8 +720,7 @@ fn flits_lost_on_a_hosts_own_link_are_accounted_for() {
 /// retrain ends, so no sync ever writes them off).
 #[test]
 fn flits_dropped_by_a_retrain_on_a_link_killed_before_it_syncs_are_accounted_for() {
-    let text = replays_clean(&["9746512629011163813", "--stops"]);
-    assert!(text.contains("lost on links 4"), "{text}");
+    replays_clean_showing(&["9746512629011163813", "--stops"], "lost on links 4");
 }
 
 /// Adaptive DLR deadlocks once the faults go beyond its guarantee, as
@@ -723,8 +735,7 @@ fn flits_dropped_by_a_retrain_on_a_link_killed_before_it_syncs_are_accounted_for
 #[test]
 fn adaptive_dlr_with_a_recovery_protocol_recovers_from_deadlocks_beyond_its_guarantee() {
     for seed in ["2722417902136909294", "8456751419244782388"] {
-        let text = replays_clean(&[seed, "--stops"]);
-        assert!(text.contains("drops       hoq-lifetime"), "{text}");
+        replays_clean_showing(&[seed, "--stops"], "drops       hoq-lifetime");
     }
 }
 
@@ -751,8 +762,10 @@ fn adaptive_dlr_forgets_the_ports_marked_while_beyond_its_guarantee() {
 /// buffer empty, it sent a flit into it.
 #[test]
 fn a_restarted_switch_waits_for_its_neighbours_buffer_report() {
-    let text = replays_clean(&["757787782197928832", "--stops"]);
-    assert!(text.contains("credits     0 violations"), "{text}");
+    replays_clean_showing(
+        &["757787782197928832", "--stops"],
+        "credits     0 violations",
+    );
 }
 
 /// A link restored while a switch at one end is administratively killed
@@ -777,8 +790,7 @@ fn a_link_restored_to_a_killed_switch_stays_down_at_its_end_in_the_simulator() {
 #[test]
 fn a_switch_killed_and_restored_at_once_cuts_the_packets_it_dropped() {
     for seed in ["12739834127010540608", "18285394202779887901"] {
-        let text = replays_clean(&[seed, "--stops"]);
-        assert!(text.contains("corrupted 0"), "{text}");
+        replays_clean_showing(&[seed, "--stops"], "corrupted 0");
     }
 }
 
@@ -789,8 +801,7 @@ fn a_switch_killed_and_restored_at_once_cuts_the_packets_it_dropped() {
 /// while the resend goes round it, and 2 messages counted as duplicated).
 #[test]
 fn a_late_original_of_a_message_held_for_order_is_no_duplicate() {
-    let text = replays_clean(&["10263305652006465088", "--stops"]);
-    assert!(text.contains("duplicates 0"), "{text}");
+    replays_clean_showing(&["10263305652006465088", "--stops"], "duplicates 0");
 }
 
 /// Without a recovery protocol, adaptive DLR's deadlock beyond its
@@ -801,12 +812,11 @@ fn a_late_original_of_a_message_held_for_order_is_no_duplicate() {
 /// protocol; with a 2 ms lifetime nothing stays).
 #[test]
 fn a_stall_after_adaptive_dlr_went_beyond_its_guarantee_is_explained() {
-    let out = flitctl(&["sim", "--replay", "13304039404888309387", "--stops"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("explained: the fabric deadlocked (832 flits still in switches)")
-            && text.contains("with s0-8 down"),
-        "{text}"
+    replays_explained(
+        &["13304039404888309387", "--stops"],
+        &[
+            "explained: the fabric deadlocked (832 flits still in switches)",
+            "with s0-8 down",
+        ],
     );
 }
