@@ -820,3 +820,17 @@ fn a_stall_after_adaptive_dlr_went_beyond_its_guarantee_is_explained() {
         ],
     );
 }
+
+/// A switch killed and restored within detection closes, through its
+/// neighbours, the packets it cut on its way out (swarm seed
+/// 9066904016496848972: a 2-ary 4-tree under deterministic DLR and
+/// SBRP-0, `s1-5` disabled for 2 ms). Its disabled port dropped the rest
+/// of a packet whose head `s0-0` had already passed on toward `h01`;
+/// nothing was dropped from `s0-0` itself, so no reset came, and the
+/// packet held `s0-0`'s output VC to `h01` for good: 160 flits stalled.
+/// The port resets its link on re-enable, `s0-0` fails its port and
+/// closes the packet, and every message arrives once.
+#[test]
+fn a_switch_restored_within_detection_closes_the_packets_it_cut_on_their_way_out() {
+    replays_clean(&["9066904016496848972"]);
+}

@@ -767,6 +767,18 @@ impl Link {
         })
     }
 
+    /// While disabled: the owner cut a packet whose head the peer already
+    /// has (its rest died here), so the peer waits for a tail that never
+    /// comes. As for flits dropped while disabled, the link resets when a
+    /// peer that was not told is heard again, and the peer closes the
+    /// packet when it fails its port.
+    pub fn note_packet_cut_while_disabled(&mut self) {
+        if !self.admin_up {
+            self.dropped_while_disabled = true;
+            self.heard_while_disabled.get_or_insert(self.now);
+        }
+    }
+
     /// Fault injection, for testing stall diagnosis: while on, this end
     /// sends no credit items (not even in sync records), so the peer's
     /// credits run out and its traffic towards this end stops. Off again,
@@ -2944,6 +2956,33 @@ mod tests {
             retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
         );
         assert!(drain(&mut a).is_empty(), "nothing after the dropped flit");
+        // Disabled with nothing dropped, but its owner cut a packet whose
+        // head `b` already has: reset too, so that `b` closes it.
+        let (mut a, mut b) = connected(cfg());
+        a.set_admin_up(false);
+        a.note_packet_cut_while_disabled();
+        let t = run(0, 1_000_000, 500_000, &mut a, &mut b, &mut pass);
+        events(&mut a);
+        a.set_admin_up(true);
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            events(&mut a),
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
+        );
+        exchange(t, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            events(&mut b),
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, true)
+        );
+        // Enabled, it notes nothing.
+        let (mut a, mut b) = connected(cfg());
+        a.note_packet_cut_while_disabled();
+        let t = run(0, 1_000_000, 500_000, &mut a, &mut b, &mut pass);
+        assert_eq!(
+            (a.stats().link_errors, b.stats().link_errors),
+            (0, 0),
+            "{t}"
+        );
     }
 
     #[test]

@@ -877,6 +877,8 @@ impl Switch {
             reason: DropReason::PortDown,
         };
         if started {
+            // A peer not told of a disabled port would wait for the rest.
+            self.link_mut(out as usize).note_packet_cut_while_disabled();
             self.each_hook(|h, sw| h.on_packet_cut(sw, i));
         }
     }
