@@ -20,7 +20,7 @@ use clap::Args;
 use flitnet_core::control::EventKind;
 use flitnet_core::control::{HostDaemonReport, Request, SwitchReport};
 use flitnet_core::switch::DropReason;
-use flitnet_core::topology::{FaultSet, NodeRef, PortNo, PortRef, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use flitnet_runtime::clock::now_ns;
 use flitnet_runtime::clock::{emulated, wall};
 use flitnet_runtime::control::ControlClient;
@@ -322,11 +322,8 @@ impl Chaos<'_> {
                 .with_context(what)?,
             (ActionKind::RestoreSwitch, Target::Switch(s)) => ends_up(
                 &mut topo.switches[s as usize]
-                    .ports
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| l.is_some())
-                    .map(|(port, _)| PortRef::switch(s, port as PortNo)),
+                    .cabled_ports()
+                    .map(|(port, _)| PortRef::switch(s, port)),
             )?,
             (ActionKind::SigkillSwitch, Target::Switch(s)) => {
                 let node = NodeRef::Switch(s);

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use flitnet_core::control::{DataTransport, FabricParams, SwitchLatency, SwitchingMode};
 use flitnet_core::mechanism::sbrp::RecoveryProtocol;
 use flitnet_core::mechanism::RunSpec;
-use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortNo, PortRef, SwitchId, Topology};
+use flitnet_core::topology::{FaultSet, LinkId, NodeRef, PortRef, SwitchId, Topology};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeSet;
@@ -687,13 +687,9 @@ impl Action {
             }
             (ActionKind::RestoreSwitch | ActionKind::RestartSwitch, Target::Switch(s)) => topo
                 .switches[s as usize]
-                .ports
-                .iter()
-                .enumerate()
-                .filter_map(|(port, l)| {
-                    l.filter(|l| before.links.contains(l))
-                        .map(|_| PortRef::switch(s, port as PortNo))
-                })
+                .cabled_ports()
+                .filter(|(_, l)| before.links.contains(l))
+                .map(|(port, _)| PortRef::switch(s, port))
                 .collect(),
             _ => Vec::new(),
         }

@@ -103,6 +103,16 @@ pub struct Switch {
     pub ports: Vec<Option<LinkId>>,
 }
 
+impl Switch {
+    /// Its cabled ports and their links, lowest port first.
+    pub fn cabled_ports(&self) -> impl Iterator<Item = (PortNo, LinkId)> + '_ {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(port, l)| l.map(|l| (port as PortNo, l)))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
     pub id: HostId,

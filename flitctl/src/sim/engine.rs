@@ -814,11 +814,8 @@ impl<'p> Sim<'p> {
 
     fn cabled(&self, s: SwitchId) -> Vec<PortNo> {
         self.plan.topo.switches[s as usize]
-            .ports
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.is_some())
-            .map(|(p, _)| p as PortNo)
+            .cabled_ports()
+            .map(|(p, _)| p)
             .collect()
     }
 

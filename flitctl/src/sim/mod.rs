@@ -23,7 +23,7 @@ use crate::up::{self, KillBy, Recovery, Transport, UpArgs, UpOutcome};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
 use engine::{Op, Outcome, Plan, RestartTables, Sim, Step};
-use flitnet_core::topology::{FaultSet, NodeRef, PortNo, PortRef, Topology};
+use flitnet_core::topology::{FaultSet, NodeRef, PortRef, Topology};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -249,11 +249,8 @@ fn step_of(topo: &Topology, a: &Action, before: &FaultSet) -> Step {
         }
         (ActionKind::RestoreSwitch, Target::Switch(s)) => ends_up(
             topo.switches[s as usize]
-                .ports
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.is_some())
-                .map(|(port, _)| PortRef::switch(s, port as PortNo))
+                .cabled_ports()
+                .map(|(port, _)| PortRef::switch(s, port))
                 .collect(),
         ),
         (ActionKind::SigkillSwitch, Target::Switch(s)) => vec![Op::Stop { switch: s }],
