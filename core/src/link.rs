@@ -2874,6 +2874,24 @@ mod tests {
         }
     }
 
+    /// `a`, disabled unbeknown to `b`, is enabled again at `t`: it asks
+    /// for a sync, `b`'s answer asks for none (it never saw the port go
+    /// down), so `a` resets the link; `b` fails its port on the reset, and
+    /// its owner reports what crossed it.
+    fn enabled_again_resets(t: u64, a: &mut Link, b: &mut Link) {
+        a.set_admin_up(true);
+        exchange(t, a, b, &mut pass);
+        assert_eq!(
+            events(a),
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
+        );
+        exchange(t, a, b, &mut pass);
+        assert_eq!(
+            events(b),
+            retrain_events(LinkErrorCause::DroppedWhileDisabled, true)
+        );
+    }
+
     #[test]
     fn an_end_that_dropped_flits_while_briefly_disabled_resets_the_link_on_re_enable() {
         // `a` is disabled for 2 ms (less than `dead_after`), its peer not
@@ -2886,20 +2904,7 @@ mod tests {
         assert!(a.stats().rx_dropped_down > 0 && b.is_peer_alive());
         events(&mut a);
         events(&mut b);
-        a.set_admin_up(true);
-        // `a` asks for a sync; `b`'s answer asks for none: it never saw
-        // the port go down, and `a` resets the link.
-        exchange(t, &mut a, &mut b, &mut pass);
-        assert_eq!(
-            events(&mut a),
-            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
-        );
-        exchange(t, &mut a, &mut b, &mut pass);
-        // The peer fails its port: its owner reports what crossed it.
-        assert_eq!(
-            events(&mut b),
-            retrain_events(LinkErrorCause::DroppedWhileDisabled, true)
-        );
+        enabled_again_resets(t, &mut a, &mut b);
         let t = run(t, t + RETRAIN, RETRAIN / 4, &mut a, &mut b, &mut pass);
         exchange(t, &mut a, &mut b, &mut pass);
         assert!(a.is_up() && b.is_up());
@@ -2963,17 +2968,7 @@ mod tests {
         a.note_packet_cut_while_disabled();
         let t = run(0, 1_000_000, 500_000, &mut a, &mut b, &mut pass);
         events(&mut a);
-        a.set_admin_up(true);
-        exchange(t, &mut a, &mut b, &mut pass);
-        assert_eq!(
-            events(&mut a),
-            retrain_events(LinkErrorCause::DroppedWhileDisabled, false)
-        );
-        exchange(t, &mut a, &mut b, &mut pass);
-        assert_eq!(
-            events(&mut b),
-            retrain_events(LinkErrorCause::DroppedWhileDisabled, true)
-        );
+        enabled_again_resets(t, &mut a, &mut b);
         // Enabled, it notes nothing.
         let (mut a, mut b) = connected(cfg());
         a.note_packet_cut_while_disabled();
