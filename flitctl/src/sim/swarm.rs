@@ -771,7 +771,7 @@ struct FailedRun<'a> {
     out: &'a crate::sim::engine::Outcome,
     /// Messages lost between hosts the faults never cut off, per (sender,
     /// receiver); not empty.
-    lost: BTreeMap<(HostId, HostId), u64>,
+    lost: &'a BTreeMap<(HostId, HostId), u64>,
     /// Flits the head-of-queue lifetime dropped (deadlocks broken).
     hoq_lifetime_drops: u64,
 }
@@ -802,7 +802,7 @@ fn broken_only_by_loss(t: &crate::report::Totals) -> bool {
 /// tables do not route (SBRP recovers what a detected fault cut, over a
 /// routing that still connects the pair), and nothing else broke.
 fn lost_only_where_unrouted(run: &FailedRun) -> Option<String> {
-    let (scenario, out, lost) = (run.scenario, run.out, &run.lost);
+    let (scenario, out, lost) = (run.scenario, run.out, run.lost);
     if scenario.file.mechanism.is_dlr() {
         return None;
     }
@@ -880,7 +880,7 @@ fn switches_without_a_way_up(topo: &Topology, faults: &FaultSet) -> Vec<SwitchId
 /// see only a switch's own ports), it can only discard them, and SBRP's
 /// resends meet the same dead end; controller re-routing avoids the switch.
 fn lost_only_past_a_switch_without_a_way_up(run: &FailedRun) -> Option<String> {
-    let (scenario, lost) = (run.scenario, &run.lost);
+    let (scenario, lost) = (run.scenario, run.lost);
     if !scenario.file.mechanism.is_dlr() {
         return None;
     }
@@ -947,7 +947,7 @@ fn pairs_dlr_does_not_connect(
 /// routing the switches do, so a pair they do not connect stays cut off;
 /// controller re-routing would connect it.
 fn lost_only_where_dlr_does_not_connect(run: &FailedRun) -> Option<String> {
-    let (scenario, lost) = (run.scenario, &run.lost);
+    let (scenario, lost) = (run.scenario, run.lost);
     if !scenario.file.mechanism.is_dlr() {
         return None;
     }
@@ -1018,7 +1018,7 @@ fn fault_sets_in_turn(scenario: &Scenario) -> Vec<FaultSet> {
 /// the senders' hold window loses what they no longer retain, even
 /// between pairs the final faults connect.
 fn lost_after_a_deadlock_beyond_adaptive_dlrs_guarantee(run: &FailedRun) -> Option<String> {
-    let (scenario, lost, hoq_lifetime_drops) = (run.scenario, &run.lost, run.hoq_lifetime_drops);
+    let (scenario, lost, hoq_lifetime_drops) = (run.scenario, run.lost, run.hoq_lifetime_drops);
     let mechanism = scenario.file.mechanism.fabric();
     if !mechanism.deadlocks_beyond_guarantee() || hoq_lifetime_drops == 0 {
         return None;
@@ -1185,37 +1185,38 @@ pub fn check_logged(
         report.packets_resent
     );
     let class = (!violations.is_empty()).then(|| failure_class(case, sbrp, &violations));
+    let lost = if violations.is_empty() {
+        BTreeMap::new()
+    } else {
+        lost_by_pair(&out.hosts, &unreachable)
+    };
+    let hoq_lifetime_drops = run.drops.get("hoq-lifetime").copied().unwrap_or(0);
     let explained = if violations.is_empty() {
         None
     } else if sbrp && violations.iter().all(|v| v.starts_with("exactly-once")) {
-        let lost = lost_by_pair(&out.hosts, &unreachable);
         let failed = FailedRun {
             scenario: &scenario,
             out: &out,
-            lost,
-            hoq_lifetime_drops: run.drops.get("hoq-lifetime").copied().unwrap_or(0),
+            lost: &lost,
+            hoq_lifetime_drops,
         };
-        (broken_only_by_loss(t) && !failed.lost.is_empty())
+        (broken_only_by_loss(t) && !lost.is_empty())
             .then(|| EXPLANATIONS.iter().find_map(|explain| explain(&failed)))
             .flatten()
     } else if !sbrp && violations.iter().all(|v| v.starts_with("progress")) {
         stalled_beyond_adaptive_dlrs_guarantee(
             &scenario,
             report.accounting.held_in_switches_flits,
-            run.drops.get("hoq-lifetime").copied().unwrap_or(0),
+            hoq_lifetime_drops,
         )
     } else {
         None
     };
-    let lost_flows = if violations.is_empty() {
-        BTreeMap::new()
-    } else {
-        let host = |h: HostId| scenario.topo.node_name(NodeRef::Host(h)).to_string();
-        lost_by_pair(&out.hosts, &unreachable)
-            .into_iter()
-            .map(|((s, d), n)| (format!("{}->{}", host(s), host(d)), n))
-            .collect()
-    };
+    let host = |h: HostId| scenario.topo.node_name(NodeRef::Host(h)).to_string();
+    let lost_flows = lost
+        .iter()
+        .map(|((s, d), n)| (format!("{}->{}", host(*s), host(*d)), *n))
+        .collect();
     Ok((
         Verdict {
             seed: case.seed,
